@@ -1,0 +1,215 @@
+"""Load a corpus and cut documents into heading-aware chunks (seed stage 01).
+
+Contract:
+- ``load_documents(corpus_dir)``: one Document per ``docs/*.md`` then ``stories/*.txt``, each
+  sorted by name; ``doc_id`` is the file stem, ``title`` the first H1 of a Markdown file or the
+  first non-blank line of a story. Files must be UTF-8 (a BOM is dropped); CRLF is kept as is.
+- ``chunk(doc, max_chars=1200, overlap=1)``: headings (``#`` to ``######`` then a space, outside
+  a fence) open sections; blank lines separate blocks; a fenced code block is one block; blocks
+  are packed greedily up to ``max_chars`` and never split; the next chunk carries ``overlap``
+  blocks when they leave room for a new one. ``doc.text[c.start_char:c.end_char] == c.text``.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from retrieval_assets.types import Chunk, Document
+
+_HEADING = re.compile(r"(#{1,6}) (.*)")
+_FENCE = re.compile(r"(`{3,}|~{3,})")
+
+
+class CorpusError(ValueError):
+    """A corpus file or directory that cannot be loaded; the message names it."""
+
+
+@dataclass(frozen=True)
+class _Block:
+    start: int
+    end: int
+
+
+def _read_text(path: Path) -> str:
+    try:
+        text = path.read_bytes().decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise CorpusError(f"{path}: not UTF-8 ({exc.reason} at byte {exc.start})") from None
+    return text.removeprefix("\ufeff")
+
+
+def _lines(text: str):
+    """Yield (start, end, line) with ``end`` before the line break (``\\n`` or ``\\r\\n``)."""
+    pos = 0
+    for raw in text.splitlines(keepends=True):
+        line = raw.rstrip("\r\n")
+        yield pos, pos + len(line), line
+        pos += len(raw)
+
+
+def _markdown_title(text: str) -> str | None:
+    fence = None
+    for _, _, line in _lines(text):
+        fence, is_code = _fence_state(fence, line)
+        if is_code:
+            continue
+        m = _HEADING.match(line)
+        if m and len(m.group(1)) == 1:
+            return m.group(2).strip()
+    return None
+
+
+def load_documents(corpus_dir: str | Path) -> list[Document]:
+    """Read ``docs/*.md`` then ``stories/*.txt`` of a corpus directory, each sorted by name."""
+    root = Path(corpus_dir)
+    if not root.is_dir():
+        raise CorpusError(f"corpus directory not found: {root}")
+    paths = sorted((root / "docs").glob("*.md")) + sorted((root / "stories").glob("*.txt"))
+    if not paths:
+        raise CorpusError(f"{root}: no docs/*.md or stories/*.txt files")
+    documents = []
+    for path in paths:
+        text = _read_text(path)
+        first_line = next((line.strip() for _, _, line in _lines(text) if line.strip()), "")
+        title = _markdown_title(text) if path.suffix == ".md" else None
+        documents.append(Document(doc_id=path.stem, title=title or first_line or path.stem, text=text))
+    return documents
+
+
+def _fence_state(fence: str | None, line: str) -> tuple[str | None, bool]:
+    """Advance the fence state by one line; return (new state, line belongs to a fence)."""
+    if fence is None:
+        m = _FENCE.match(line)
+        return (m.group(1), True) if m else (None, False)
+    stripped = line.rstrip()
+    closes = stripped.startswith(fence) and set(stripped) == {fence[0]}
+    return (None if closes else fence), True
+
+
+def _sections(text: str) -> list[tuple[str, list[_Block]]]:
+    """Split a document into (heading_path, blocks) sections."""
+    sections: list[tuple[str, list[_Block]]] = [("", [])]
+    open_headings: list[tuple[int, str]] = []
+    fence: str | None = None
+    block_start: int | None = None
+    block_end = 0
+
+    def close_block() -> None:
+        nonlocal block_start
+        if block_start is not None:
+            sections[-1][1].append(_Block(block_start, block_end))
+            block_start = None
+
+    for start, end, line in _lines(text):
+        if fence is not None:  # inside a fenced block: everything belongs to it
+            fence, _ = _fence_state(fence, line)
+            block_end = end
+            if fence is None:
+                close_block()
+            continue
+        heading = _HEADING.match(line)
+        if heading:
+            close_block()
+            level = len(heading.group(1))
+            while open_headings and open_headings[-1][0] >= level:
+                open_headings.pop()
+            open_headings.append((level, heading.group(2).strip()))
+            path = " > ".join(title for _, title in open_headings)
+            sections.append((path, [_Block(start, end)]))
+            continue
+        opened, _ = _fence_state(None, line)
+        if opened is not None:
+            close_block()
+            fence, block_start, block_end = opened, start, end
+            continue
+        if not line.strip():
+            close_block()
+            continue
+        if block_start is None:
+            block_start = start
+        block_end = end
+    close_block()
+    return [(path, blocks) for path, blocks in sections if blocks]
+
+
+def _pack(blocks: list[_Block], max_chars: int, overlap: int) -> list[tuple[int, int]]:
+    """Greedy packing of blocks into (first, last_exclusive) index ranges."""
+    ranges: list[tuple[int, int]] = []
+    first, n = 0, len(blocks)
+    while first < n:
+        last = first + 1
+        while last < n and blocks[last].end - blocks[first].start <= max_chars:
+            last += 1
+        ranges.append((first, last))
+        if last >= n:
+            break
+        carried = max(last - overlap, 0)
+        fits = overlap > 0 and carried > first and blocks[last].end - blocks[carried].start <= max_chars
+        first = carried if fits else last
+    return ranges
+
+
+def chunk(doc: Document, *, max_chars: int = 1200, overlap: int = 1) -> list[Chunk]:
+    """Cut ``doc`` into chunks by the stage-01 rules; ids are ``f"{doc_id}#{index:03d}"``."""
+    if max_chars < 1:
+        raise ValueError(f"max_chars must be positive, got {max_chars}")
+    if overlap < 0:
+        raise ValueError(f"overlap must be zero or more, got {overlap}")
+    chunks: list[Chunk] = []
+    for path, blocks in _sections(doc.text):
+        for first, last in _pack(blocks, max_chars, overlap):
+            start, end = blocks[first].start, blocks[last - 1].end
+            chunks.append(
+                Chunk(
+                    chunk_id=f"{doc.doc_id}#{len(chunks):03d}",
+                    doc_id=doc.doc_id,
+                    heading_path=path,
+                    start_char=start,
+                    end_char=end,
+                    text=doc.text[start:end],
+                )
+            )
+    return chunks
+
+
+def stats(documents: list[Document], *, max_chars: int = 1200, overlap: int = 1) -> dict[str, object]:
+    """Corpus statistics: documents, characters, chunks, oversized chunks, chunks per document."""
+    per_doc = {d.doc_id: chunk(d, max_chars=max_chars, overlap=overlap) for d in documents}
+    counts = sorted(len(c) for c in per_doc.values())
+    all_chunks = [c for cs in per_doc.values() for c in cs]
+    return {
+        "documents": len(documents),
+        "characters": sum(len(d.text) for d in documents),
+        "chunks": len(all_chunks),
+        "oversized_chunks": sum(len(c.text) > max_chars for c in all_chunks),
+        "chunks_per_document": {
+            "min": counts[0] if counts else 0,
+            "median": counts[len(counts) // 2] if counts else 0,
+            "max": counts[-1] if counts else 0,
+        },
+        "max_chars": max_chars,
+        "overlap": overlap,
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m retrieval_assets.chunker --corpus DIR``: print the corpus statistics as JSON."""
+    import argparse
+    import json
+
+    parser = argparse.ArgumentParser(prog="python -m retrieval_assets.chunker", description=main.__doc__)
+    parser.add_argument("--corpus", default="fixtures/corpus")
+    parser.add_argument("--max-chars", type=int, default=1200)
+    parser.add_argument("--overlap", type=int, default=1)
+    args = parser.parse_args(argv)
+    try:
+        print(json.dumps(stats(load_documents(args.corpus), max_chars=args.max_chars, overlap=args.overlap), indent=2))
+    except (CorpusError, ValueError) as exc:
+        parser.exit(2, f"error: {exc}\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

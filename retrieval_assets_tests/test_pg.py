@@ -1,0 +1,49 @@
+import socket
+
+import pytest
+
+from retrieval_assets import pg
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_connect_registers_pgvector_and_sets_schema(conn, schema):
+    import numpy as np
+
+    assert conn.execute("SHOW search_path").fetchone()[0].startswith(schema)
+    value = conn.execute("SELECT %s::vector", (np.array([1.0, 2.0], dtype=np.float32),)).fetchone()[0]
+    assert value.to_list() == [1.0, 2.0]
+
+
+def test_unreachable_dsn_names_host_port_db_but_not_password():
+    port = _free_port()
+    with pytest.raises(pg.ConnectError) as err:
+        pg.connect(f"postgresql://alice:s3cr3t-pw@127.0.0.1:{port}/ragdb")
+    message = str(err.value)
+    assert "host=127.0.0.1" in message and f"port={port}" in message and "dbname=ragdb" in message
+    assert "s3cr3t-pw" not in message
+
+
+def test_mask_dsn_hides_password_in_uri_and_keyword_forms():
+    assert "hunter2" not in pg.mask_dsn("postgresql://bob:hunter2@db.example:5433/x")
+    assert "***" in pg.mask_dsn("host=db.example password=hunter2 dbname=x")
+    assert pg.mask_dsn("not a dsn = = =") == "<unparseable DSN>"
+
+
+def test_embedded_default_starts_once_and_is_reused(tmp_path, monkeypatch):
+    monkeypatch.delenv(pg.ENV_DSN, raising=False)
+    monkeypatch.setenv(pg.ENV_HOME, str(tmp_path))
+    with pg.connect() as first:
+        pid = first.execute("SELECT pg_backend_pid(), current_setting('data_directory')").fetchone()
+    assert pid[1] == str((tmp_path / ".retrieval" / "pgdata").resolve())
+    try:
+        with pg.connect() as second:
+            assert second.execute("SELECT current_setting('data_directory')").fetchone()[0] == pid[1]
+            assert second.execute("SELECT extversion FROM pg_extension WHERE extname = 'vector'").fetchone()
+    finally:
+        assert pg.stop_embedded()
+    assert not pg.stop_embedded()
