@@ -79,8 +79,11 @@ def resolve_dsn(dsn: str | None = None) -> str:
     return dsn or os.environ.get(ENV_DSN) or embedded_server().get_uri()
 
 
-def connect(dsn: str | None = None, *, schema: str | None = None, autocommit: bool = False) -> psycopg.Connection:
-    """A connection with pgvector registered; with ``schema``, it is created and put first on the search_path."""
+def connect(dsn: str | None = None, *, schema: str | None = None, autocommit: bool = True) -> psycopg.Connection:
+    """A connection with pgvector registered; with ``schema``, it is created and put first on the search_path.
+
+    Autocommit by default: pipeline functions group their statements in ``conn.transaction()``.
+    """
     dsn = resolve_dsn(dsn)
     try:
         conn = psycopg.connect(dsn, autocommit=autocommit, connect_timeout=10)

@@ -1,0 +1,116 @@
+"""Vector search, full-text search and reciprocal rank fusion (seed stage 03).
+
+Contract: every search returns ``Hit(chunk_id, score, rank)`` with ranks from 1 and never
+raises on user query text; a query without words returns ``[]``. ``rrf`` fuses ranked lists by
+``sum(1 / (k + rank))`` with ties broken by chunk_id and keeps each item's rank per list.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import psycopg
+
+from retrieval_assets.embed import Embedder
+from retrieval_assets.types import Hit, Ranked
+
+EF_SEARCH_MAX = 1000  # pgvector's upper bound for hnsw.ef_search
+
+
+def _clean(query: str) -> str:
+    """Postgres text cannot hold NUL; everything else is passed through as a parameter."""
+    return query.replace("\x00", " ")
+
+
+def vector_search(conn: psycopg.Connection, embedder: Embedder, query: str, n: int = 50) -> list[Hit]:
+    """Top ``n`` chunks by cosine distance, scored ``1 - distance``."""
+    vector = embedder.embed([query])[0]
+    if n < 1 or not np.any(vector):
+        return []
+    with conn.transaction():
+        conn.execute("SELECT set_config('hnsw.ef_search', %s, true)", (str(min(max(n, 40), EF_SEARCH_MAX)),))
+        if n > EF_SEARCH_MAX:  # pgvector 0.8: keep scanning the graph until n rows pass
+            conn.execute("SELECT set_config('hnsw.iterative_scan', 'strict_order', true)")
+            conn.execute("SELECT set_config('hnsw.max_scan_tuples', %s, true)", (str(max(20_000, 4 * n)),))
+        rows = conn.execute(
+            "SELECT chunk_id, 1 - (embedding <=> %(q)s) FROM chunks ORDER BY embedding <=> %(q)s LIMIT %(n)s",
+            {"q": vector, "n": n},
+        ).fetchall()
+    return [Hit(chunk_id, float(score), rank) for rank, (chunk_id, score) in enumerate(rows, 1)]
+
+
+def _split_top_level(tsquery: str) -> list[str]:
+    """Split the text form of a tsquery at the ``&`` and ``|`` outside quotes and parentheses."""
+    parts, depth, quoted, current = [], 0, False, []
+    i = 0
+    while i < len(tsquery):
+        ch = tsquery[i]
+        if quoted:
+            current.append(ch)
+            if ch == "'":
+                if tsquery[i + 1 : i + 2] == "'":  # a doubled quote inside a lexeme
+                    current.append("'")
+                    i += 1
+                else:
+                    quoted = False
+        elif ch == "'":
+            quoted = True
+            current.append(ch)
+        elif ch in "()":
+            depth += 1 if ch == "(" else -1
+            current.append(ch)
+        elif ch in "&|" and depth == 0:
+            parts.append("".join(current).strip())
+            current = []
+        else:
+            current.append(ch)
+        i += 1
+    parts.append("".join(current).strip())
+    return [p for p in parts if p]
+
+
+def parse_query(conn: psycopg.Connection, query: str) -> tuple[str | None, str | None]:
+    """(positive terms ORed, negated terms ORed) as tsquery text, from websearch_to_tsquery."""
+    text = conn.execute("SELECT websearch_to_tsquery('english', %s)::text", (_clean(query),)).fetchone()[0]
+    positive, negative = [], []
+    for term in _split_top_level(text):
+        if term.startswith("!"):
+            negative.append(term[1:].strip())
+        else:
+            positive.append(term)
+    join = lambda terms: " | ".join(f"( {t} )" for t in terms) or None  # noqa: E731
+    return join(positive), join(negative)
+
+
+def text_search(conn: psycopg.Connection, query: str, n: int = 50) -> list[Hit]:
+    """Top ``n`` chunks matching any positive term and no negated term, by ts_rank_cd(tsv, q, 32)."""
+    positive, negative = parse_query(conn, query)
+    if positive is None or n < 1:
+        return []
+    rows = conn.execute(
+        """SELECT chunk_id, ts_rank_cd(tsv, q, 32) AS score
+           FROM chunks, CAST(%(pos)s AS tsquery) AS q
+           WHERE tsv @@ q AND (%(neg)s::tsquery IS NULL OR NOT tsv @@ %(neg)s::tsquery)
+           ORDER BY score DESC, chunk_id
+           LIMIT %(n)s""",
+        {"pos": positive, "neg": negative, "n": n},
+    ).fetchall()
+    return [Hit(chunk_id, float(score), rank) for rank, (chunk_id, score) in enumerate(rows, 1)]
+
+
+def rrf(lists: Sequence[Sequence[Hit]], k: int = 60) -> list[Ranked]:
+    """Reciprocal rank fusion: score(d) = sum over lists holding d of 1 / (k + rank)."""
+    scores: dict[str, float] = {}
+    ranks: dict[str, list[int | None]] = {}
+    for i, hits in enumerate(lists):
+        for hit in hits:
+            scores[hit.chunk_id] = scores.get(hit.chunk_id, 0.0) + 1.0 / (k + hit.rank)
+            ranks.setdefault(hit.chunk_id, [None] * len(lists))[i] = hit.rank
+    order = sorted(scores, key=lambda cid: (-scores[cid], cid))
+    return [Ranked(cid, scores[cid], rank, tuple(ranks[cid])) for rank, cid in enumerate(order, 1)]
+
+
+def search(conn: psycopg.Connection, embedder: Embedder, query: str, n: int = 50, top_k: int = 10) -> list[Ranked]:
+    """Fuse the vector and full-text top ``n`` and return the first ``top_k``."""
+    return rrf([vector_search(conn, embedder, query, n), text_search(conn, query, n)])[:top_k]

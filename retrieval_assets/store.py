@@ -1,0 +1,174 @@
+"""The chunk table: pgvector embeddings beside a generated full-text column (seed stage 02).
+
+Contract: ``Schema.create(conn, dims)`` makes the seed's ``chunks`` table (in the connection's
+current schema) with an HNSW cosine index and a GIN index; ``upsert`` writes chunks
+idempotently; ``sync`` makes the table equal to a set of chunks in one transaction, re-embedding
+only texts the table does not hold yet; ``count`` returns the row count. Every dimension
+mismatch raises ValueError before anything is written.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import psycopg
+from psycopg import sql
+
+from retrieval_assets.embed import Embedder
+from retrieval_assets.types import Chunk
+
+_COLUMNS = ("chunk_id", "doc_id", "heading_path", "start_char", "end_char", "text")
+
+
+@dataclass(frozen=True)
+class SyncReport:
+    inserted: int
+    updated: int
+    deleted: int
+    unchanged: int
+    embedded: int  # texts sent to the embedder (new text nowhere in the table)
+
+
+def table_dims(conn: psycopg.Connection) -> int | None:
+    """The dimension of ``chunks.embedding`` in the current schema, or None without a table."""
+    row = conn.execute(
+        """SELECT a.atttypmod FROM pg_attribute a
+           WHERE a.attrelid = to_regclass('chunks') AND a.attname = 'embedding'"""
+    ).fetchone()
+    return row[0] if row else None
+
+
+class Schema:
+    @staticmethod
+    def create(conn: psycopg.Connection, dims: int) -> None:
+        """Create the vector extension, ``chunks`` and both indexes if missing."""
+        existing = table_dims(conn)
+        if existing is not None and existing != dims:
+            raise ValueError(f"table chunks already has embedding dimension {existing}, not {dims}")
+        with conn.transaction():
+            conn.execute("CREATE EXTENSION IF NOT EXISTS vector")
+            conn.execute(
+                sql.SQL(
+                    """CREATE TABLE IF NOT EXISTS chunks (
+                         chunk_id text PRIMARY KEY, doc_id text, heading_path text,
+                         start_char int, end_char int, text text,
+                         tsv tsvector GENERATED ALWAYS AS (to_tsvector('english', text)) STORED,
+                         embedding vector({}))"""
+                ).format(sql.Literal(int(dims)))
+            )
+            conn.execute("CREATE INDEX IF NOT EXISTS chunks_embedding_hnsw ON chunks USING hnsw (embedding vector_cosine_ops)")
+            conn.execute("CREATE INDEX IF NOT EXISTS chunks_tsv_gin ON chunks USING gin (tsv)")
+            conn.execute("CREATE INDEX IF NOT EXISTS chunks_doc_id ON chunks (doc_id)")
+
+
+def count(conn: psycopg.Connection) -> int:
+    return conn.execute("SELECT count(*) FROM chunks").fetchone()[0]
+
+
+def _check_dims(conn: psycopg.Connection, embedder: Embedder) -> None:
+    dims = table_dims(conn)
+    if dims is None:
+        raise ValueError("table chunks does not exist in this schema; call Schema.create first")
+    if dims != embedder.dims:
+        raise ValueError(f"embedder {embedder.name} has {embedder.dims} dimensions, table chunks has {dims}")
+
+
+def _stage(conn: psycopg.Connection, chunks: Sequence[Chunk], vectors: dict[str, np.ndarray], dims: int) -> None:
+    """COPY chunks into a transaction-local table ``incoming``; missing vectors stay NULL."""
+    conn.execute("DROP TABLE IF EXISTS pg_temp.incoming")
+    conn.execute(
+        sql.SQL(
+            """CREATE TEMP TABLE incoming (chunk_id text PRIMARY KEY, doc_id text, heading_path text,
+                 start_char int, end_char int, text text, embedding vector({})) ON COMMIT DROP"""
+        ).format(sql.Literal(int(dims)))
+    )
+    with conn.cursor().copy(
+        "COPY incoming (chunk_id, doc_id, heading_path, start_char, end_char, text, embedding) FROM STDIN WITH (FORMAT BINARY)"
+    ) as copy:
+        copy.set_types(["text", "text", "text", "int4", "int4", "text", "vector"])
+        for c in chunks:
+            copy.write_row((c.chunk_id, c.doc_id, c.heading_path, c.start_char, c.end_char, c.text, vectors.get(c.chunk_id)))
+
+
+def _merge(conn: psycopg.Connection) -> tuple[int, int]:
+    """Fill NULL vectors from rows of the same text, then upsert; returns (inserted, updated)."""
+    conn.execute(
+        """UPDATE incoming i SET embedding = c.embedding
+           FROM chunks c
+           WHERE i.embedding IS NULL AND c.text = i.text"""
+    )
+    rows = conn.execute(
+        """INSERT INTO chunks AS c (chunk_id, doc_id, heading_path, start_char, end_char, text, embedding)
+           SELECT chunk_id, doc_id, heading_path, start_char, end_char, text, embedding FROM incoming
+           ON CONFLICT (chunk_id) DO UPDATE SET
+             doc_id = EXCLUDED.doc_id, heading_path = EXCLUDED.heading_path,
+             start_char = EXCLUDED.start_char, end_char = EXCLUDED.end_char,
+             text = EXCLUDED.text, embedding = EXCLUDED.embedding
+           WHERE (c.doc_id, c.heading_path, c.start_char, c.end_char, c.text)
+                 IS DISTINCT FROM (EXCLUDED.doc_id, EXCLUDED.heading_path, EXCLUDED.start_char,
+                                   EXCLUDED.end_char, EXCLUDED.text)
+              OR c.embedding IS DISTINCT FROM EXCLUDED.embedding
+           RETURNING (xmax = 0) AS inserted"""
+    ).fetchall()
+    inserted = sum(1 for (flag,) in rows if flag)
+    return inserted, len(rows) - inserted
+
+
+def _embed(embedder: Embedder, chunks: Sequence[Chunk], batch: int) -> dict[str, np.ndarray]:
+    vectors: dict[str, np.ndarray] = {}
+    for i in range(0, len(chunks), batch):
+        part = chunks[i : i + batch]
+        for c, v in zip(part, embedder.embed([c.text for c in part])):
+            vectors[c.chunk_id] = v
+    return vectors
+
+
+def _unique(chunks: Iterable[Chunk]) -> list[Chunk]:
+    by_id: dict[str, Chunk] = {}
+    for c in chunks:
+        if c.chunk_id in by_id and by_id[c.chunk_id] != c:
+            raise ValueError(f"chunk id {c.chunk_id} appears twice with different content")
+        by_id[c.chunk_id] = c
+    return list(by_id.values())
+
+
+def upsert(conn: psycopg.Connection, chunks: Iterable[Chunk], embedder: Embedder, batch: int = 64) -> int:
+    """Embed and write chunks (insert or replace by chunk_id); returns rows written."""
+    _check_dims(conn, embedder)
+    chunks = _unique(chunks)
+    vectors = _embed(embedder, chunks, batch)
+    with conn.transaction():
+        _stage(conn, chunks, vectors, embedder.dims)
+        inserted, updated = _merge(conn)
+    return inserted + updated
+
+
+def _lock(conn: psycopg.Connection) -> None:
+    """Serialise writers of this schema's chunk table until the transaction ends."""
+    conn.execute("SELECT pg_advisory_xact_lock(hashtext('retrieval_assets.sync:' || current_schema()))")
+
+
+def sync(conn: psycopg.Connection, chunks: Iterable[Chunk], embedder: Embedder, batch: int = 64) -> SyncReport:
+    """Make ``chunks`` equal to the given chunks in one transaction (stale rows are deleted)."""
+    _check_dims(conn, embedder)
+    chunks = _unique(chunks)
+    with conn.transaction():
+        _lock(conn)
+        known = dict(conn.execute("SELECT chunk_id, text FROM chunks").fetchall())
+        known_texts = set(known.values())
+        fresh = [c for c in chunks if c.text not in known_texts]
+        vectors = _embed(embedder, fresh, batch)
+        _stage(conn, chunks, vectors, embedder.dims)
+        deleted = conn.execute(
+            "DELETE FROM chunks c WHERE NOT EXISTS (SELECT 1 FROM incoming i WHERE i.chunk_id = c.chunk_id)"
+        ).rowcount
+        inserted, updated = _merge(conn)
+    return SyncReport(
+        inserted=inserted,
+        updated=updated,
+        deleted=deleted,
+        unchanged=len(chunks) - inserted - updated,
+        embedded=len(fresh),
+    )
