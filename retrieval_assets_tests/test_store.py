@@ -1,0 +1,151 @@
+"""Stage 02: the chunk table, idempotent upserts, sync, and both dimension mismatches."""
+
+import threading
+import time
+
+import numpy as np
+import pytest
+
+from retrieval_assets import pg, store
+from retrieval_assets.embed import HashEmbedder
+from retrieval_assets.types import Chunk
+
+
+class CountingEmbedder(HashEmbedder):
+    def __init__(self, dims=256):
+        super().__init__(dims)
+        self.seen: list[str] = []
+
+    def embed(self, texts):
+        self.seen.extend(texts)
+        return super().embed(texts)
+
+
+def make_chunks(doc_id: str, texts: list[str]) -> list[Chunk]:
+    out, pos = [], 0
+    for i, t in enumerate(texts):
+        out.append(Chunk(f"{doc_id}#{i:03d}", doc_id, "T > S", pos, pos + len(t), t))
+        pos += len(t) + 2
+    return out
+
+
+@pytest.fixture()
+def table(conn):
+    conn.execute("DROP TABLE IF EXISTS chunks")
+    store.Schema.create(conn, 256)
+    return conn
+
+
+def rows(conn):
+    return conn.execute("SELECT chunk_id, text, xmin::text FROM chunks ORDER BY chunk_id").fetchall()
+
+
+def test_columns_and_both_indexes(table):
+    cols = dict(table.execute(
+        "SELECT column_name, data_type FROM information_schema.columns WHERE table_schema = current_schema() AND table_name = 'chunks'"
+    ).fetchall())
+    assert set(cols) == {"chunk_id", "doc_id", "heading_path", "start_char", "end_char", "text", "tsv", "embedding"}
+    assert cols["tsv"] == "tsvector"
+    generated = table.execute(
+        "SELECT is_generated FROM information_schema.columns WHERE table_schema = current_schema() AND table_name = 'chunks' AND column_name = 'tsv'"
+    ).fetchone()[0]
+    assert generated == "ALWAYS"
+    indexes = [r[0] for r in table.execute("SELECT indexdef FROM pg_indexes WHERE schemaname = current_schema() AND tablename = 'chunks'")]
+    assert any("USING hnsw (embedding vector_cosine_ops)" in d for d in indexes)
+    assert any("USING gin (tsv)" in d for d in indexes)
+    assert store.table_dims(table) == 256
+    store.Schema.create(table, 256)  # idempotent
+
+
+def test_dimension_mismatches_raise_before_writing(table):
+    with pytest.raises(ValueError, match="dimension 256, not 384"):
+        store.Schema.create(table, 384)
+    with pytest.raises(ValueError, match="64 dimensions, table chunks has 256"):
+        store.upsert(table, make_chunks("d", ["some text"]), HashEmbedder(64))
+    with pytest.raises(ValueError, match="64 dimensions"):
+        store.sync(table, make_chunks("d", ["some text"]), HashEmbedder(64))
+    assert store.count(table) == 0
+
+
+def test_upsert_is_idempotent_and_stores_the_vectors(table):
+    e = HashEmbedder()
+    chunks = make_chunks("d", ["alpha beta gamma", "delta epsilon", "zeta eta theta"])
+    assert store.upsert(table, chunks, e, batch=2) == 3
+    before = rows(table)
+    assert store.upsert(table, chunks, e) == 0
+    assert rows(table) == before  # same xmin: nothing rewritten
+    stored = dict(table.execute("SELECT chunk_id, embedding FROM chunks").fetchall())
+    for c, v in zip(chunks, e.embed([c.text for c in chunks])):
+        np.testing.assert_allclose(stored[c.chunk_id].to_numpy(), v, atol=1e-7)
+    edited = [chunks[0], Chunk(chunks[1].chunk_id, "d", "T > S", 18, 40, "delta epsilon EDITED"), chunks[2]]
+    assert store.upsert(table, edited, e) == 1
+    text, vec = table.execute("SELECT text, embedding FROM chunks WHERE chunk_id = 'd#001'").fetchone()
+    assert text == "delta epsilon EDITED"
+    np.testing.assert_allclose(vec.to_numpy(), e.embed([text])[0], atol=1e-7)
+    tsv = table.execute("SELECT tsv::text FROM chunks WHERE chunk_id = 'd#001'").fetchone()[0]
+    assert "'edit'" in tsv
+
+
+def test_sync_reports_counts_and_reembeds_only_new_text(table):
+    e = CountingEmbedder()
+    first = make_chunks("a", ["one fish", "two fish", "red fish"]) + make_chunks("b", ["blue fish"])
+    report = store.sync(table, first, e)
+    assert report == store.SyncReport(inserted=4, updated=0, deleted=0, unchanged=0, embedded=4)
+    e.seen.clear()
+    assert store.sync(table, first, e) == store.SyncReport(0, 0, 0, 4, 0)
+    assert e.seen == []
+    # document a edited: its middle chunk changes, one text moves id; b deleted
+    second = make_chunks("a", ["one fish", "green fish", "two fish"])
+    report = store.sync(table, second, e)
+    assert report == store.SyncReport(inserted=0, updated=2, deleted=1, unchanged=1, embedded=1)
+    assert e.seen == ["green fish"]
+    assert [r[:2] for r in rows(table)] == [("a#000", "one fish"), ("a#001", "green fish"), ("a#002", "two fish")]
+    moved = table.execute("SELECT embedding FROM chunks WHERE chunk_id = 'a#002'").fetchone()[0]
+    np.testing.assert_allclose(moved.to_numpy(), HashEmbedder().embed(["two fish"])[0], atol=1e-7)
+    assert store.sync(table, [], e) == store.SyncReport(0, 0, 3, 0, 0)
+    assert store.count(table) == 0
+
+
+def test_sync_failing_half_way_leaves_the_previous_state(table, monkeypatch):
+    e = HashEmbedder()
+    store.sync(table, make_chunks("a", ["one", "two", "three"]), e)
+    before = rows(table)
+
+    def explode(conn):
+        raise RuntimeError("killed after the delete")
+
+    monkeypatch.setattr(store, "_merge", explode)
+    with pytest.raises(RuntimeError, match="killed"):
+        store.sync(table, make_chunks("b", ["other"]), e)
+    assert rows(table) == before
+
+
+def test_concurrent_syncs_are_serialised(table, pg_dsn, schema):
+    e = HashEmbedder()
+    store.sync(table, make_chunks("a", ["one"]), e)
+    done = threading.Event()
+    with pg.connect(pg_dsn, schema=schema) as holder, holder.transaction():
+        store._lock(holder)
+
+        def other():
+            with pg.connect(pg_dsn, schema=schema) as c:
+                store.sync(c, make_chunks("a", ["one", "two"]), e)
+            done.set()
+
+        worker = threading.Thread(target=other)
+        worker.start()
+        time.sleep(0.5)
+        waiting = table.execute(
+            "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted"
+        ).fetchone()[0]
+        assert not done.is_set() and waiting == 1
+    worker.join(10)
+    assert done.is_set() and store.count(table) == 2
+
+
+def test_duplicate_chunk_ids_with_different_content_are_rejected(table):
+    a = Chunk("d#000", "d", "", 0, 3, "one")
+    b = Chunk("d#000", "d", "", 0, 3, "two")
+    with pytest.raises(ValueError, match="d#000"):
+        store.sync(table, [a, b], HashEmbedder())
+    assert store.count(table) == 0
