@@ -81,3 +81,21 @@ class HashEmbedder:
         norms = np.linalg.norm(vectors, axis=1, keepdims=True)
         np.divide(vectors, norms, out=vectors, where=norms > 0)
         return vectors
+
+
+EMBEDDERS = {
+    "hash": lambda: HashEmbedder(256),
+}
+
+
+def get_embedder(key: str) -> Embedder:
+    """The embedder of a partition key (``hash``, ``minilm``, ``bge-small``)."""
+    try:
+        return EMBEDDERS[key]()
+    except KeyError:
+        raise ValueError(f"unknown embedder '{key}' (known: {', '.join(sorted(EMBEDDERS))})") from None
+
+
+def schema_for(key: str) -> str:
+    """The Postgres schema that holds a partition's chunk table."""
+    return key.replace("-", "_")
