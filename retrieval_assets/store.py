@@ -113,6 +113,8 @@ def _merge(conn: psycopg.Connection) -> tuple[int, int]:
            RETURNING (xmax = 0) AS inserted"""
     ).fetchall()
     inserted = sum(1 for (flag,) in rows if flag)
+    if rows:  # fresh statistics, so the planner's choice (exact scan or HNSW) does not flip later
+        conn.execute("ANALYZE chunks")
     return inserted, len(rows) - inserted
 
 
@@ -165,6 +167,8 @@ def sync(conn: psycopg.Connection, chunks: Iterable[Chunk], embedder: Embedder, 
             "DELETE FROM chunks c WHERE NOT EXISTS (SELECT 1 FROM incoming i WHERE i.chunk_id = c.chunk_id)"
         ).rowcount
         inserted, updated = _merge(conn)
+        if deleted and not inserted + updated:
+            conn.execute("ANALYZE chunks")
     return SyncReport(
         inserted=inserted,
         updated=updated,

@@ -59,3 +59,32 @@ def conn(pg_dsn, schema):
     """A module-wide connection whose search_path starts with the module's schema."""
     with pg.connect(pg_dsn, schema=schema) as connection:
         yield connection
+
+
+@pytest.fixture(scope="module")
+def corpus_documents():
+    from retrieval_assets.chunker import load_documents
+
+    return load_documents(CORPUS)
+
+
+@pytest.fixture(scope="module")
+def golden(corpus_documents):
+    from retrieval_assets.metrics import load_golden
+
+    return load_golden(CORPUS / "golden.yaml", corpus_documents)
+
+
+@pytest.fixture(scope="module")
+def indexed(conn, corpus_documents):
+    """The fixture corpus indexed with the hash embedder in the module's schema."""
+    from retrieval_assets import store
+    from retrieval_assets.chunker import chunk
+    from retrieval_assets.embed import HashEmbedder
+
+    embedder = HashEmbedder()
+    conn.execute("DROP TABLE IF EXISTS chunks")
+    store.Schema.create(conn, embedder.dims)
+    chunks = [c for d in corpus_documents for c in chunk(d)]
+    store.sync(conn, chunks, embedder)
+    return conn, embedder, chunks

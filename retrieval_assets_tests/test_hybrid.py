@@ -1,0 +1,164 @@
+"""Stage 03: vector search, full-text search, RRF and fused recall on the golden set."""
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from retrieval_assets import hybrid, metrics
+from retrieval_assets.types import Hit
+
+HOSTILE = [
+    '"exact phrase" -term OR x',
+    "'",
+    '"unbalanced quote',
+    "&|!<->():*'\\",
+    "'; DROP TABLE chunks; --",
+    "rank\x00fusion",
+    "x" * 10_000,
+    "reciprocal 🙂 rank 融合 fusion поиск",
+    "hnsw.ef_search = 40 AND 1=1",
+    "!!! :* <-> rank",
+]
+
+
+def test_vector_scores_are_one_minus_cosine_distance(indexed):
+    conn, embedder, chunks = indexed
+    by_id = {c.chunk_id: c for c in chunks}
+    query = "how does reciprocal rank fusion merge two ranked lists"
+    hits = hybrid.vector_search(conn, embedder, query, n=20)
+    assert [h.rank for h in hits] == list(range(1, 21))
+    qv = embedder.embed([query])[0]
+    vecs = embedder.embed([by_id[h.chunk_id].text for h in hits])
+    for h, v in zip(hits, vecs):
+        assert h.score == pytest.approx(float(v @ qv / np.linalg.norm(v) / np.linalg.norm(qv)), abs=1e-5)
+    assert all(a.score >= b.score - 1e-6 for a, b in zip(hits, hits[1:]))
+
+
+def test_vector_search_raises_ef_search_to_n(indexed):
+    conn, embedder, chunks = indexed
+    assert len(hybrid.vector_search(conn, embedder, "postgres index", n=200)) == 200
+    # the setting is transaction-local: the session default is untouched
+    assert conn.execute("SHOW hnsw.ef_search").fetchone()[0] == "40"
+
+
+def test_text_search_ranks_by_ts_rank_cd_with_chunk_id_ties(indexed):
+    conn, _, _ = indexed
+    hits = hybrid.text_search(conn, "BM25 saturation", n=50)
+    expected = conn.execute(
+        """SELECT chunk_id, ts_rank_cd(tsv, to_tsquery('english', 'bm25 | saturation'), 32) AS s FROM chunks
+           WHERE tsv @@ to_tsquery('english', 'bm25 | saturation') ORDER BY s DESC, chunk_id LIMIT 50"""
+    ).fetchall()
+    assert [(h.chunk_id, h.rank) for h in hits] == [(cid, i) for i, (cid, _) in enumerate(expected, 1)]
+    assert [h.score for h in hits] == pytest.approx([s for _, s in expected])
+
+
+def test_text_search_ors_words_instead_of_anding_them(indexed):
+    conn, _, _ = indexed
+    hits = hybrid.text_search(conn, "saturation zzzunknownword", n=50)
+    assert hits, "websearch_to_tsquery would AND the words and find nothing"
+
+
+@pytest.mark.parametrize("query", HOSTILE)
+def test_hostile_queries_never_raise_and_keep_vector_results(indexed, query):
+    conn, embedder, _ = indexed
+    fused = hybrid.search(conn, embedder, query, n=50, top_k=10)
+    hybrid.text_search(conn, query)
+    if any(ch.isalnum() for ch in query):
+        assert fused, query
+
+
+@pytest.mark.parametrize("query", ["", "-", "   ", "!!!", "'\"", "-\"\""])
+def test_queries_without_words_return_nothing_everywhere(indexed, query):
+    conn, embedder, _ = indexed
+    assert hybrid.vector_search(conn, embedder, query) == []
+    assert hybrid.text_search(conn, query) == []
+    assert hybrid.search(conn, embedder, query) == []
+
+
+def test_negated_word_and_phrase_exclude_every_chunk_containing_them(indexed):
+    conn, _, chunks = indexed
+    by_id = {c.chunk_id: c for c in chunks}
+    plain = hybrid.text_search(conn, "rank fusion", n=200)
+    assert any("reciprocal" in by_id[h.chunk_id].text.lower() for h in plain)
+    without = hybrid.text_search(conn, "rank fusion -reciprocal", n=200)
+    assert without and all("reciprocal" not in by_id[h.chunk_id].text.lower() for h in without)
+    assert any("rank fusion" in by_id[h.chunk_id].text.lower() for h in plain)
+    no_phrase = hybrid.text_search(conn, 'ranking -"rank fusion"', n=200)
+    assert no_phrase
+    for h in no_phrase:
+        tsv = conn.execute("SELECT tsv @@ phraseto_tsquery('english', 'rank fusion') FROM chunks WHERE chunk_id = %s", (h.chunk_id,)).fetchone()[0]
+        assert not tsv
+
+
+def test_query_with_only_negations_returns_nothing(indexed):
+    conn, embedder, _ = indexed
+    assert hybrid.text_search(conn, "-fusion -rank") == []
+
+
+def _hits(ids):
+    return [Hit(cid, 1.0, i) for i, cid in enumerate(ids, 1)]
+
+
+def test_rrf_formula_ranks_and_tie_break():
+    fused = hybrid.rrf([_hits(["a", "b", "c"]), _hits(["c", "b", "d"])], k=60)
+    score = {r.chunk_id: r.score for r in fused}
+    assert score["b"] == pytest.approx(2 / 62)
+    assert score["c"] == pytest.approx(1 / 63 + 1 / 61)
+    assert score["a"] == pytest.approx(1 / 61) and score["d"] == pytest.approx(1 / 63)
+    assert [r.chunk_id for r in fused] == ["c", "b", "a", "d"]
+    assert fused[0].ranks == (3, 1) and fused[2].ranks == (1, None) and fused[3].ranks == (None, 3)
+    assert [r.rank for r in fused] == [1, 2, 3, 4]
+    tie = hybrid.rrf([_hits(["y"]), _hits(["x"])])
+    assert [r.chunk_id for r in tie] == ["x", "y"]
+
+
+def test_rrf_ignores_raw_scores():
+    huge = [Hit(f"h{i}", 1e9 - i, i) for i in range(1, 31)]
+    tiny = [Hit("first", 0.001, 1)]
+    fused = hybrid.rrf([tiny, huge])
+    assert fused[0].chunk_id == "first"
+    assert [r.chunk_id for r in fused].index("first") < [r.chunk_id for r in fused].index("h30")
+
+
+def test_thirtieth_in_both_lists_beats_first_in_one():
+    filler_a = [f"a{i}" for i in range(29)] + ["both"]
+    filler_b = [f"b{i}" for i in range(29)] + ["both"]
+    fused = hybrid.rrf([_hits(filler_a), _hits(filler_b)] + [_hits(["solo"])])
+    score = {r.chunk_id: r.score for r in fused}
+    assert score["both"] == pytest.approx(2 / 90) and score["solo"] == pytest.approx(1 / 61)
+    ids = [r.chunk_id for r in fused]
+    assert ids.index("both") < ids.index("solo")
+
+
+@pytest.mark.parametrize("query_id", ["q35", "q41"])
+def test_lexical_golden_query_found_by_full_text_missed_by_vectors(indexed, golden, query_id):
+    conn, embedder, chunks = indexed
+    q = next(g for g in golden if g.query_id == query_id)
+    assert q.kind == "lexical"
+    rel = metrics.relevant(chunks, q)
+    text_ids = [h.chunk_id for h in hybrid.text_search(conn, q.query, 10)]
+    vector_ids = [h.chunk_id for h in hybrid.vector_search(conn, embedder, q.query, 10)]
+    assert rel & set(text_ids)
+    assert not rel & set(vector_ids)
+
+
+def test_fused_recall_at_10_beats_each_side(indexed, golden):
+    conn, embedder, chunks = indexed
+    recall = {"vector": [], "text": [], "fused": []}
+    for q in golden:
+        rel = metrics.relevant(chunks, q)
+        recall["vector"].append(metrics.recall_at_k([h.chunk_id for h in hybrid.vector_search(conn, embedder, q.query, 50)], rel, 10))
+        recall["text"].append(metrics.recall_at_k([h.chunk_id for h in hybrid.text_search(conn, q.query, 50)], rel, 10))
+        recall["fused"].append(metrics.recall_at_k([r.chunk_id for r in hybrid.search(conn, embedder, q.query, 50, 10)], rel, 10))
+    mean = {k: sum(v) / len(v) for k, v in recall.items()}
+    assert mean["fused"] >= mean["vector"] and mean["fused"] >= mean["text"]
+    assert mean["fused"] > min(mean["vector"], mean["text"])
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(query=st.text(max_size=200))
+def test_search_never_raises_on_random_text(indexed, query):
+    conn, embedder, _ = indexed
+    results = hybrid.search(conn, embedder, query)
+    assert len(results) <= 10

@@ -1,0 +1,150 @@
+"""Stage 05: metrics by hand, against trec_eval, the reference numbers, the floors and the CLI.
+
+Reference numbers were measured with `uv run python -m retrieval_assets.metrics --corpus
+fixtures/corpus --k 10` (hash embedder, n=50); fixtures/corpus/README.md shows the table.
+"""
+
+import json
+import math
+
+import pytest
+import pytrec_eval
+
+from retrieval_assets import metrics
+from retrieval_assets.rerank import LexicalReranker
+from retrieval_assets.types import Chunk, GoldenQuery
+
+# pipeline -> (recall@10, precision@10, MRR, nDCG@10), measured 2026-12-02
+REFERENCE = {
+    "hybrid": (0.812, 0.094, 0.531, 0.591),
+    "rerank": (0.833, 0.096, 0.685, 0.710),
+    "mmr": (0.854, 0.098, 0.678, 0.706),
+}
+POOL_RECALL_AT_50 = 0.906
+# floors on the full pipeline: the measured values rounded down to 0.05
+FLOORS = {"recall_at_k": 0.85, "mrr": 0.65, "ndcg_at_k": 0.70}
+
+
+def test_metrics_by_hand():
+    ranked = ["x", "r1", "y", "r2", "z"]
+    rel = {"r1", "r2", "r3"}
+    assert metrics.recall_at_k(ranked, rel, 4) == pytest.approx(2 / 3)
+    assert metrics.precision_at_k(ranked, rel, 4) == pytest.approx(0.5)
+    assert metrics.mrr(ranked, rel) == pytest.approx(0.5)
+    assert metrics.mrr(ranked, rel, k=1) == 0.0
+    dcg = 1 / math.log2(3) + 1 / math.log2(5)
+    ideal = 1 + 1 / math.log2(3) + 1 / math.log2(4)
+    assert metrics.ndcg_at_k(ranked, rel, 5) == pytest.approx(dcg / ideal)
+    # the ideal DCG stops at k ranks when more chunks are relevant than k
+    assert metrics.ndcg_at_k(["r1", "r2"], rel, 2) == pytest.approx(1.0)
+    assert metrics.ndcg_at_k(["r1"], {"r1"}, 10) == 1.0
+    assert metrics.recall_at_k([], set(), 10) == 0.0 and metrics.ndcg_at_k(["a"], set(), 10) == 0.0
+
+
+def test_relevant_is_case_and_whitespace_insensitive():
+    q = GoldenQuery("q", "factual", "?", "d", "Rank   FUSION adds")
+    chunks = [
+        Chunk("d#000", "d", "", 0, 1, "reciprocal rank\nfusion adds one"),
+        Chunk("d#001", "d", "", 0, 1, "nothing here"),
+        Chunk("e#000", "e", "", 0, 1, "rank fusion adds"),
+    ]
+    assert metrics.relevant(chunks, q) == {"d#000"}
+
+
+def test_aggregate_splits_by_kind():
+    rows = [("factual", 1, 0.1, 1, 1), ("factual", 0, 0, 0, 0), ("lexical", 1, 0.2, 0.5, 0.8)]
+    m = metrics.aggregate(rows, 10)
+    assert m.queries == 3 and m.recall_at_k == pytest.approx(2 / 3)
+    assert m.by_kind["factual"].queries == 2 and m.by_kind["factual"].mrr == 0.5
+    assert m.by_kind["lexical"].ndcg_at_k == 0.8 and "conceptual" not in m.by_kind
+
+
+@pytest.fixture(scope="module")
+def evaluation(indexed, golden):
+    conn, embedder, _ = indexed
+    return metrics.evaluate_pipelines(conn, embedder, LexicalReranker(), golden, k=10, n=50)
+
+
+def test_agrees_with_trec_eval_on_real_runs(evaluation, indexed):
+    conn, _, _ = indexed
+    qrels = {q.query_id: {cid: 1 for cid in q.relevant} for q in evaluation.queries}
+    for pipeline in metrics.PIPELINES:
+        run = {q.query_id: {cid: 100.0 - i for i, cid in enumerate(q.ranked[pipeline])} for q in evaluation.queries}
+        scores = pytrec_eval.RelevanceEvaluator(qrels, {"recall.10", "recip_rank", "ndcg_cut.10", "P.10"}).evaluate(run)
+        mean = lambda key: sum(s[key] for s in scores.values()) / len(scores)  # noqa: E731
+        m = evaluation.metrics[pipeline]
+        assert m.recall_at_k == pytest.approx(mean("recall_10"), abs=1e-9)
+        assert m.precision_at_k == pytest.approx(mean("P_10"), abs=1e-9)
+        assert m.mrr == pytest.approx(mean("recip_rank"), abs=1e-9)
+        assert m.ndcg_at_k == pytest.approx(mean("ndcg_cut_10"), abs=1e-9)
+
+
+def test_reference_numbers_within_002(evaluation):
+    assert evaluation.pool_recall == pytest.approx(POOL_RECALL_AT_50, abs=0.02)
+    for pipeline, (recall, precision, mrr, ndcg) in REFERENCE.items():
+        m = evaluation.metrics[pipeline]
+        assert (m.recall_at_k, m.precision_at_k, m.mrr, m.ndcg_at_k) == pytest.approx((recall, precision, mrr, ndcg), abs=0.02), pipeline
+
+
+def test_floors_of_the_full_pipeline(evaluation):
+    m = evaluation.metrics["mmr"]
+    for name, floor in FLOORS.items():
+        assert getattr(m, name) >= floor, name
+    # no reranker can beat the pool it reorders
+    assert m.recall_at_k <= evaluation.pool_recall
+
+
+def test_by_kind_counts_and_means(evaluation):
+    m = evaluation.metrics["mmr"]
+    assert {k: v.queries for k, v in m.by_kind.items()} == {"factual": 16, "conceptual": 16, "lexical": 16}
+    assert m.mrr == pytest.approx(sum(v.mrr for v in m.by_kind.values()) / 3)
+    assert m.by_kind["conceptual"].recall_at_k < m.by_kind["factual"].recall_at_k
+
+
+def test_evaluate_matches_the_pipeline_pass(evaluation, indexed, golden):
+    conn, embedder, _ = indexed
+    single = metrics.evaluate(conn, embedder, LexicalReranker(), golden)
+    assert single == evaluation.metrics["mmr"]
+    assert metrics.evaluate(conn, embedder, None, golden) == evaluation.metrics["hybrid"]
+
+
+def test_report_prints_all_and_each_kind(evaluation, capsys):
+    metrics.report(evaluation.metrics["mmr"])
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert [line.split()[0] for line in lines[1:]] == ["all", "factual", "conceptual", "lexical"]
+
+
+def test_cli_report_failures_and_json(pg_dsn, tmp_path, capsys, evaluation):
+    out = tmp_path / "m.json"
+    args = ["--corpus", "fixtures/corpus", "--k", "10", "--dsn", pg_dsn, "--schema", "t_cli"]
+    assert metrics.main(args + ["--json", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert "fused recall@50" in printed and "+ BM25 rerank" in printed and printed.count("conceptual") == 3
+    data = json.loads(out.read_text())
+    assert data["pipelines"]["mmr"]["mrr"] == pytest.approx(evaluation.metrics["mmr"].mrr)
+    assert metrics.main(args + ["--failures"]) == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert lines[0] == "query_id\tkind\tbest_rank"
+    expected = {q.query_id: q.best_rank for q in evaluation.failures()}
+    got = {line.split("\t")[0]: line.split("\t")[2] for line in lines[1:]}
+    assert got == {qid: str(rank) if rank is not None else "none" for qid, rank in expected.items()}
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--corpus", "no/such/dir"], "corpus directory not found: no/such/dir"),
+        (["--k", "0"], "need 1 <= k <= n"),
+        (["--k", "60", "--n", "50"], "need 1 <= k <= n"),
+        (["--mmr-lambda", "2"], "--mmr-lambda"),
+        (["--embedder", "word2vec"], "invalid choice"),
+    ],
+)
+def test_cli_bad_arguments_exit_2_with_one_line(args, message, capsys, pg_dsn):
+    try:
+        code = metrics.main(args + ["--dsn", pg_dsn])
+    except SystemExit as exc:
+        code = exc.code
+    assert code == 2
+    err = capsys.readouterr().err
+    assert message in err
