@@ -274,3 +274,42 @@ def main(argv: list[str] | None = None) -> int:
 
 if __name__ == "__main__":
     raise SystemExit(main())
+
+
+# --- run history ------------------------------------------------------------------------------
+
+def record_run(conn: psycopg.Connection, ev: Evaluation, *, run_id: str, partition: str, embedder: str, corpus_hash: str, code_version: str) -> None:
+    """Append one row per pipeline of ``ev`` to ``eval_runs`` (created if missing) in the current schema."""
+    with conn.transaction():
+        conn.execute(
+            """CREATE TABLE IF NOT EXISTS eval_runs (
+                 id bigserial PRIMARY KEY, run_id text, partition text, embedder text, pipeline text,
+                 k int, n int, queries int, recall_at_k float8, precision_at_k float8, mrr float8,
+                 ndcg_at_k float8, pool_recall float8, p50_ms float8, p95_ms float8,
+                 corpus_hash text, code_version text, created_at timestamptz DEFAULT now())"""
+        )
+        latency = ev.latency_ms
+        with conn.cursor() as cur:
+            cur.executemany(
+                """INSERT INTO eval_runs (run_id, partition, embedder, pipeline, k, n, queries, recall_at_k,
+                     precision_at_k, mrr, ndcg_at_k, pool_recall, p50_ms, p95_ms, corpus_hash, code_version)
+                   VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)""",
+                [
+                    (run_id, partition, embedder, pipeline, ev.k, ev.n, m.queries, m.recall_at_k, m.precision_at_k,
+                     m.mrr, m.ndcg_at_k, ev.pool_recall, latency["p50"], latency["p95"], corpus_hash, code_version)
+                    for pipeline, m in ev.metrics.items()
+                ],
+            )
+
+
+def latest_runs(conn: psycopg.Connection) -> list[dict]:
+    """The newest row of every (partition, pipeline) in ``eval_runs``; [] before the first run."""
+    if conn.execute("SELECT to_regclass('eval_runs')").fetchone()[0] is None:
+        return []
+    cur = conn.execute(
+        """SELECT DISTINCT ON (partition, pipeline) partition, embedder, pipeline, k, recall_at_k, precision_at_k,
+                  mrr, ndcg_at_k, pool_recall, run_id, created_at
+           FROM eval_runs ORDER BY partition, pipeline, created_at DESC, id DESC"""
+    )
+    names = [c.name for c in cur.description]
+    return [dict(zip(names, row)) for row in cur.fetchall()]

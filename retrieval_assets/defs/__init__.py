@@ -1,0 +1,1 @@
+"""The Dagster layer: assets, checks, resources, jobs and schedules that wire the pipeline modules."""
