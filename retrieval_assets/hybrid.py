@@ -99,13 +99,16 @@ def text_search(conn: psycopg.Connection, query: str, n: int = 50) -> list[Hit]:
     return [Hit(chunk_id, float(score), rank) for rank, (chunk_id, score) in enumerate(rows, 1)]
 
 
-def rrf(lists: Sequence[Sequence[Hit]], k: int = 60) -> list[Ranked]:
-    """Reciprocal rank fusion: score(d) = sum over lists holding d of 1 / (k + rank)."""
+def rrf(lists: Sequence[Sequence[Hit]], k: int = 60, weights: Sequence[float] | None = None) -> list[Ranked]:
+    """Reciprocal rank fusion: score(d) = sum over lists holding d of weight / (k + rank)."""
+    weights = weights or [1.0] * len(lists)
+    if len(weights) != len(lists):
+        raise ValueError(f"{len(weights)} weights for {len(lists)} lists")
     scores: dict[str, float] = {}
     ranks: dict[str, list[int | None]] = {}
     for i, hits in enumerate(lists):
         for hit in hits:
-            scores[hit.chunk_id] = scores.get(hit.chunk_id, 0.0) + 1.0 / (k + hit.rank)
+            scores[hit.chunk_id] = scores.get(hit.chunk_id, 0.0) + weights[i] / (k + hit.rank)
             ranks.setdefault(hit.chunk_id, [None] * len(lists))[i] = hit.rank
     order = sorted(scores, key=lambda cid: (-scores[cid], cid))
     return [Ranked(cid, scores[cid], rank, tuple(ranks[cid])) for rank, cid in enumerate(order, 1)]

@@ -22,6 +22,7 @@ import psycopg
 import yaml
 
 from retrieval_assets import rerank
+from retrieval_assets.embed import CachedEmbedder
 from retrieval_assets.types import Chunk, Document, GoldenQuery, Metrics
 
 KINDS = ("factual", "conceptual", "lexical")
@@ -166,14 +167,16 @@ class Evaluation:
         return [q for q in self.queries if not set(q.ranked[pipeline]) & set(q.relevant)]
 
 
-def evaluate_pipelines(conn, embedder, reranker, golden: Sequence[GoldenQuery], *, k: int = 10, n: int = 50, mmr_lambda: float = 0.7) -> Evaluation:
+def evaluate_pipelines(conn, embedder, reranker, golden: Sequence[GoldenQuery], *, k: int = 10, n: int = 50,
+                       mmr_lambda: float = 0.7, weights: tuple[float, float] | None = None) -> Evaluation:
     """Score hybrid, hybrid + rerank and hybrid + rerank + MMR in one pass over the golden set."""
+    embedder = CachedEmbedder(embedder)  # each query is embedded once, for the vector list and MMR
     rel = relevant_sets(conn, golden)
     per_pipeline: dict[str, list] = {p: [] for p in PIPELINES}
     pool_recall, results = [], []
     for q in golden:
         start = time.perf_counter()
-        t = rerank.trace(conn, embedder, reranker, q.query, n=n, top_k=k, mmr_lambda=mmr_lambda)
+        t = rerank.trace(conn, embedder, reranker, q.query, n=n, top_k=k, mmr_lambda=mmr_lambda, weights=weights)
         seconds = time.perf_counter() - start
         lists = {
             "hybrid": [r.chunk_id for r in t.fused],
@@ -194,6 +197,7 @@ def evaluate_pipelines(conn, embedder, reranker, golden: Sequence[GoldenQuery], 
 
 def evaluate(conn, embedder, reranker, golden: Sequence[GoldenQuery], *, k: int = 10, n: int = 50, mmr_lambda: float = 0.7) -> Metrics:
     """Metrics of ``rerank.pipeline`` on the golden set; ``reranker=None`` means hybrid.search alone."""
+    embedder = CachedEmbedder(embedder)
     rel = relevant_sets(conn, golden)
     rows = []
     for q in golden:

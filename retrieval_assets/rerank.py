@@ -13,14 +13,13 @@ import re
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Protocol
 
 import numpy as np
 import psycopg
 
 from retrieval_assets import hybrid
-from retrieval_assets.embed import Embedder
+from retrieval_assets.embed import Embedder, fastembed_cache_dir
 from retrieval_assets.types import Chunk, Hit, Ranked
 
 _WORD = re.compile(r"\w+")
@@ -63,11 +62,6 @@ class LexicalReranker:
 
     def rerank(self, query: str, chunks: Sequence[Chunk], top_k: int) -> list[Ranked]:
         return _ranked(chunks, self.scores(query, [c.text for c in chunks]), top_k)
-
-
-def fastembed_cache_dir(cache_dir: str | os.PathLike | None = None) -> Path:
-    """``cache_dir``, else ``$FASTEMBED_CACHE_PATH``, else ``~/.cache/fastembed``."""
-    return Path(cache_dir or os.environ.get("FASTEMBED_CACHE_PATH") or Path.home() / ".cache" / "fastembed")
 
 
 class CrossEncoderReranker:
@@ -153,11 +147,12 @@ def trace(
     n: int = 50,
     top_k: int = 10,
     mmr_lambda: float | None = 0.7,
+    weights: tuple[float, float] | None = None,
 ) -> Trace:
-    """Run the pipeline for one query and keep the intermediate lists."""
+    """Run the pipeline for one query and keep the intermediate lists (``weights``: vector, text)."""
     vector = hybrid.vector_search(conn, embedder, query, n)
     text = hybrid.text_search(conn, query, n)
-    fused = hybrid.rrf([vector, text])[:n]
+    fused = hybrid.rrf([vector, text], weights=weights)[:n]
     if reranker is None or not fused:
         return Trace(vector, text, fused, fused, fused[:top_k])
     rows = fetch(conn, [r.chunk_id for r in fused])

@@ -2,7 +2,7 @@
 
 ``python -m retrieval_assets.ui [dagster args...]`` (default ``dev``) starts or reuses the
 retrieval Postgres (``RETRIEVAL_DSN`` or the embedded default), creates a ``dagster`` database
-on it if missing, points ``DAGSTER_HOME`` at the project's ``dagster.yaml`` (run, event-log and
+on it if missing, points ``DAGSTER_HOME`` at ``dagster_home/`` (its ``dagster.yaml``: run, event-log and
 schedule storage through dagster-postgres) and runs the dagster CLI with the given arguments.
 ``DAGSTER_PG_URL`` set beforehand wins.
 """
@@ -34,7 +34,7 @@ def dagster_environment(database: str = "dagster") -> dict[str, str]:
         env["DAGSTER_PG_URL"] = _as_url(params)
     home = pg.project_home() / ".retrieval" / "dagster"
     env.update(
-        DAGSTER_HOME=str(ROOT),
+        DAGSTER_HOME=str(ROOT / "dagster_home"),
         DAGSTER_ARTIFACTS_DIR=str(home / "storage"),
         DAGSTER_COMPUTE_LOGS_DIR=str(home / "logs"),
     )

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import dagster as dg
 
-from retrieval_assets import chunker, metrics, rerank, store
+from retrieval_assets import chunker, diagnose, metrics, rerank, store
 from retrieval_assets.defs.resources import PostgresResource
 from retrieval_assets.embed import get_embedder
 from retrieval_assets.types import Chunk, Document, GoldenQuery
@@ -166,7 +166,7 @@ def eval_run(context: dg.AssetExecutionContext, config: EvalConfig, postgres: Po
         ev = metrics.evaluate_pipelines(conn, embedder, rerank.LexicalReranker(), golden_queries,
                                         k=config.k, n=config.n, mmr_lambda=config.mmr_lambda)
     with postgres.connect(postgres.history_schema) as conn:
-        metrics.record_run(conn, ev, run_id=context.run_id, partition=key, embedder=embedder.name,
+        metrics.record_run(conn, ev, run_id=context.run.run_id, partition=key, embedder=embedder.name,
                            corpus_hash=_corpus_hash(chunks), code_version=CODE_VERSION)
     floors = dict(FLOORS.get(key, {}))
     for name, override in (("recall_at_k", config.min_recall), ("mrr", config.min_mrr), ("ndcg_at_k", config.min_ndcg)):
@@ -181,22 +181,43 @@ def eval_run(context: dg.AssetExecutionContext, config: EvalConfig, postgres: Po
     )
 
 
+class DiagnoseConfig(dg.Config):
+    what_if: bool = True  # re-run the golden set with each mechanical fix (scratch schemas)
+    report_dir: str = str(PROJECT_ROOT / "reports")
+
+
 @dg.asset(
     partitions_def=embedders,
-    kinds={"markdown"},
+    kinds={"markdown", "postgres"},
     group_name="retrieval",
-    description="Every golden query the full pipeline misses, with where its relevant chunks sit.",
+    description="Every golden query the full pipeline misses, classified, with a fix and what-if results.",
 )
-def failure_report(context: dg.AssetExecutionContext, eval_run: metrics.Evaluation) -> dg.MaterializeResult:
-    misses = eval_run.failures()
-    lines = [f"# Retrieval misses: {context.partition_key}", "",
-             f"{len(misses)} of {len(eval_run.queries)} golden queries have no relevant chunk in the top {eval_run.k}.", "",
-             "| query_id | kind | rank in fused pool | rank after rerank |", "|---|---|---|---|"]
-    lines += [f"| {q.query_id} | {q.kind} | {q.pool_rank or 'none'} | {q.best_rank or 'none'} |" for q in misses]
-    path = PROJECT_ROOT / "reports" / context.partition_key / "RETRIEVAL_ANALYSIS.md"
+def failure_report(context: dg.AssetExecutionContext, config: DiagnoseConfig, postgres: PostgresResource,
+                   eval_run: metrics.Evaluation, golden_queries: list[GoldenQuery], documents: list[Document],
+                   chunks: list[Chunk]) -> dg.MaterializeResult:
+    key = context.partition_key
+    embedder = get_embedder(key)
+    reranker = rerank.LexicalReranker()
+    with postgres.connect(postgres.schema(key)) as conn:
+        misses = diagnose.diagnose(conn, embedder, reranker, golden_queries, k=eval_run.k, n=eval_run.n)
+    what_ifs = []
+    if config.what_if:
+        other = "minilm" if key != "minilm" else "hash"
+        try:
+            other_embedder = get_embedder(other)
+        except (ValueError, RuntimeError):
+            other_embedder = None
+        what_ifs = diagnose.what_if(postgres.connect, postgres.schema(key), embedder, reranker, golden_queries, documents, chunks,
+                                    k=eval_run.k, n=eval_run.n, other=(other, other_embedder, postgres.schema(other)))
+    report = diagnose.Report(key, eval_run.k, eval_run.n, len(golden_queries), misses, what_ifs)
+    text = diagnose.render(report)
+    path = Path(config.report_dir) / key / "RETRIEVAL_ANALYSIS.md"
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text("\n".join(lines) + "\n")
-    return dg.MaterializeResult(metadata={"misses": len(misses), "path": str(path), "report": dg.MetadataValue.md("\n".join(lines))})
+    path.write_text(text)
+    counts = {f"failures/{kind}": sum(d.failure == kind for d in misses) for kind in diagnose.FAILURES}
+    rescued = {f"rescued/{w.fix}: {w.variant}": len(w.rescued) for w in what_ifs}
+    return dg.MaterializeResult(metadata={"misses": len(misses), **counts, **rescued, "path": str(path),
+                                          "report": dg.MetadataValue.md(text)})
 
 
 @dg.asset(

@@ -8,7 +8,6 @@ from retrieval_assets.defs.assets import embedders
 evaluate_embedders = dg.define_asset_job(
     "evaluate_embedders",
     selection=dg.AssetSelection.groups("retrieval"),
-    partitions_def=embedders,
     description="Index and evaluate one embedder partition, then refresh the report and the comparison.",
 )
 

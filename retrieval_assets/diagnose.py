@@ -1,0 +1,273 @@
+"""Why the pipeline misses golden queries, and whether the obvious fixes would help (stage 07).
+
+Contract: ``diagnose`` returns one ``Diagnosis`` per golden query whose relevant chunks are all
+outside the final top ``k``, with the first relevant rank in every list the query passed
+through, a failure kind and a fix from the seed's vocabulary. ``what_if`` re-runs the golden set
+with each mechanical fix applied and reports the misses it rescues and the hits it loses.
+``render`` writes the report as Markdown.
+
+Classification rules, applied in this order to the evidence of one miss:
+1. reranker-demotion: fusion had a relevant chunk in the top k; the reranker (or MMR) pushed it out.
+2. chunk-boundary: a chunk adjacent to a relevant one (same document, index +-1) is in the final
+   top k, so the cut left the matching words on the wrong side of the anchor.
+3. ranking: a relevant chunk is in the fused pool (top n) but ranked below k.
+4. anchor-ambiguity: another chunk of the query's document is in the final top k.
+5. vocabulary-gap: neither first-stage list reaches a relevant chunk within n.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import psycopg
+
+from retrieval_assets import chunker, metrics, rerank, store
+from retrieval_assets.embed import Embedder
+from retrieval_assets.types import Chunk, Document, GoldenQuery
+
+FAILURES = ("vocabulary-gap", "chunk-boundary", "ranking", "reranker-demotion", "anchor-ambiguity")
+FIXES = ("hybrid-weights", "smaller-chunks", "contextual-chunk-headers", "query-rewrite", "better-embedder")
+FIX_FOR = {
+    "reranker-demotion": "hybrid-weights",
+    "chunk-boundary": "contextual-chunk-headers",
+    "ranking": "hybrid-weights",
+    "anchor-ambiguity": "query-rewrite",
+    "vocabulary-gap": "better-embedder",
+}
+LISTS = ("vector", "text", "fused", "reranked", "final", "exact_vector")
+WEIGHT_GRID = ((1.0, 2.0), (2.0, 1.0), (1.0, 4.0), (4.0, 1.0))  # (vector, text)
+
+
+@dataclass(frozen=True)
+class Diagnosis:
+    query: GoldenQuery
+    relevant: tuple[str, ...]
+    ranks: dict[str, int | None]  # first relevant rank per list (LISTS); exact_vector over the whole table
+    top: tuple[str, ...]
+    neighbour: tuple[str, int] | None  # an adjacent chunk in the final top k, with its rank
+    same_doc: tuple[str, int] | None  # another chunk of the query's document in the final top k
+    failure: str
+    fix: str
+
+
+@dataclass(frozen=True)
+class WhatIf:
+    fix: str
+    variant: str
+    rescued: tuple[str, ...]
+    lost: tuple[str, ...]
+    note: str = ""
+
+
+@dataclass(frozen=True)
+class Report:
+    partition: str
+    k: int
+    n: int
+    queries: int
+    misses: list[Diagnosis]
+    what_ifs: list[WhatIf] = field(default_factory=list)
+
+
+def _index(chunk_id: str) -> tuple[str, int]:
+    doc_id, _, number = chunk_id.rpartition("#")
+    return doc_id, int(number) if number.isdigit() else -1
+
+
+def exact_vector_rank(conn: psycopg.Connection, embedder: Embedder, query: str, relevant: Sequence[str]) -> int | None:
+    """Rank of the first relevant chunk by exact cosine distance over the whole table (no index)."""
+    vector = embedder.embed([query])[0]
+    if not vector.any() or not relevant:
+        return None
+    return conn.execute(
+        """SELECT min(r) FROM (SELECT chunk_id, row_number() OVER (ORDER BY embedding <=> %s, chunk_id) AS r
+                                FROM chunks) ranked WHERE chunk_id = ANY(%s)""",
+        (vector, list(relevant)),
+    ).fetchone()[0]
+
+
+def classify(ranks: dict[str, int | None], neighbour, same_doc, k: int) -> str:
+    """The failure kind of one miss, by the module's ordered rules."""
+    if ranks["fused"] is not None and ranks["fused"] <= k:
+        return "reranker-demotion"
+    if neighbour is not None:
+        return "chunk-boundary"
+    if ranks["fused"] is not None:
+        return "ranking"
+    if same_doc is not None:
+        return "anchor-ambiguity"
+    return "vocabulary-gap"
+
+
+def diagnose(conn, embedder, reranker, golden: Sequence[GoldenQuery], *, k: int = 10, n: int = 50, mmr_lambda: float = 0.7) -> list[Diagnosis]:
+    """Every golden query without a relevant chunk in the final top ``k``, explained."""
+    rel = metrics.relevant_sets(conn, golden)
+    out = []
+    for q in golden:
+        t = rerank.trace(conn, embedder, reranker, q.query, n=n, top_k=k, mmr_lambda=mmr_lambda)
+        relevant = rel[q.query_id]
+        lists = {"vector": t.vector, "text": t.text, "fused": t.fused, "reranked": t.reranked, "final": t.final}
+        ranks = {name: metrics.first_relevant_rank([h.chunk_id for h in hits], relevant) for name, hits in lists.items()}
+        if ranks["final"] is not None:
+            continue
+        ranks["exact_vector"] = exact_vector_rank(conn, embedder, q.query, sorted(relevant))
+        top = tuple(r.chunk_id for r in t.final)
+        adjacent = {(doc, i + d) for doc, i in map(_index, relevant) for d in (-1, 1)}
+        neighbour = next(((cid, rank) for rank, cid in enumerate(top, 1) if _index(cid) in adjacent), None)
+        same_doc = next(((cid, rank) for rank, cid in enumerate(top, 1) if _index(cid)[0] == q.doc_id), None)
+        failure = classify(ranks, neighbour, same_doc, k)
+        out.append(Diagnosis(q, tuple(sorted(relevant)), ranks, top, neighbour, same_doc, failure, FIX_FOR[failure]))
+    return out
+
+
+def _hits(ev: metrics.Evaluation) -> set[str]:
+    return {q.query_id for q in ev.queries if set(q.ranked["mmr"]) & set(q.relevant)}
+
+
+def what_if(
+    connect: Callable[[str], psycopg.Connection],
+    schema: str,
+    embedder: Embedder,
+    reranker,
+    golden: Sequence[GoldenQuery],
+    documents: Sequence[Document],
+    chunks: Sequence[Chunk],
+    *,
+    k: int = 10,
+    n: int = 50,
+    mmr_lambda: float = 0.7,
+    other: tuple[str, Embedder | None, str] | None = None,
+) -> list[WhatIf]:
+    """Re-run the golden set with each mechanical fix; ``other`` = (name, embedder, schema) to compare with."""
+
+    def evaluate(conn, emb=embedder, **kw) -> set[str]:
+        return _hits(metrics.evaluate_pipelines(conn, emb, reranker, golden, k=k, n=n, mmr_lambda=mmr_lambda, **kw))
+
+    def outcome(fix, variant, hits, note="") -> WhatIf:
+        return WhatIf(fix, variant, tuple(sorted(misses & hits)), tuple(sorted(base - hits)), note)
+
+    results = []
+    with connect(schema) as conn:
+        base = evaluate(conn)
+        misses = {q.query_id for q in golden} - base
+        for weights in WEIGHT_GRID:
+            results.append(outcome("hybrid-weights", f"RRF weights vector {weights[0]:g}, text {weights[1]:g}", evaluate(conn, weights=weights)))
+    scratch = {
+        "contextual-chunk-headers": ("heading path prepended to each chunk", [
+            Chunk(c.chunk_id, c.doc_id, c.heading_path, c.start_char, c.end_char, f"{c.heading_path}\n\n{c.text}" if c.heading_path else c.text)
+            for c in chunks]),
+        "smaller-chunks": ("max_chars 600", [c for d in documents for c in chunker.chunk(d, max_chars=600)]),
+    }
+    for fix, (variant, variant_chunks) in scratch.items():
+        with connect(f"{schema}_whatif") as conn:
+            conn.execute("DROP TABLE IF EXISTS chunks")
+            store.Schema.create(conn, embedder.dims)
+            store.sync(conn, variant_chunks, embedder)
+            results.append(outcome(fix, variant, evaluate(conn)))
+            conn.execute("DROP TABLE chunks")
+    if other is not None:
+        name, other_embedder, other_schema = other
+        try:
+            with connect(other_schema) as conn:
+                if other_embedder is None or store.table_dims(conn) != other_embedder.dims:
+                    raise RuntimeError(f"partition {name} is not indexed")
+                results.append(outcome("better-embedder", f"the {name} partition", evaluate(conn, emb=other_embedder)))
+        except RuntimeError as exc:
+            results.append(WhatIf("better-embedder", f"the {name} partition", (), (), f"not run: {exc}"))
+    return results
+
+
+def _rank(value: int | None) -> str:
+    return "none" if value is None else str(value)
+
+
+_EXPLAIN = {
+    "vocabulary-gap": "the query shares too few words with the passage that answers it: neither the vector list nor the full-text list brings a relevant chunk into the top {n}",
+    "chunk-boundary": "a neighbouring chunk of the same document reaches the final top {k} while the chunk holding the anchor does not: the cut left the matching words on the other side",
+    "ranking": "a relevant chunk is inside the fused pool of {n}, but fusion ranks it below {k} because other candidates match the query's common words as well or better",
+    "reranker-demotion": "fusion had a relevant chunk in its top {k}, and the BM25 reranker or MMR pushed it out, because the passage answers in words the query does not use",
+    "anchor-ambiguity": "another chunk of the right document is in the top {k}, one that may answer the question without the anchor phrase",
+}
+
+
+def render(report: Report) -> str:
+    """The report as Markdown: the table, one paragraph per failure kind used, the what-if results."""
+    by_query: dict[str, list[str]] = {}
+    for w in report.what_ifs:
+        for qid in w.rescued:
+            by_query.setdefault(qid, []).append(w.variant)
+    lines = [
+        f"# Retrieval analysis: {report.partition}", "",
+        f"{len(report.misses)} of {report.queries} golden queries have no relevant chunk in the final top {report.k} "
+        f"(fused pool n = {report.n}, BM25 rerank, MMR). Ranks are of the first relevant chunk in each list; "
+        "exact vector is the rank by exact cosine distance over the whole table.", "",
+        "| query_id | failure | fix | kind | vector | text | fused | reranked | exact vector | rescued by |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for d in report.misses:
+        r = d.ranks
+        lines.append(f"| {d.query.query_id} | {d.failure} | {d.fix} | {d.query.kind} | {_rank(r['vector'])} | {_rank(r['text'])} "
+                     f"| {_rank(r['fused'])} | {_rank(r['reranked'])} | {_rank(r['exact_vector'])} | {'; '.join(by_query.get(d.query.query_id, [])) or 'none'} |")
+    for kind in FAILURES:
+        examples = [d for d in report.misses if d.failure == kind]
+        if not examples:
+            continue
+        ids = ", ".join(d.query.query_id for d in examples)
+        detail = "; ".join(
+            f"{d.query.query_id} (\"{d.query.query}\") has its anchor chunk at vector rank {_rank(d.ranks['exact_vector'])}, "
+            f"full-text rank {_rank(d.ranks['text'])}, fused rank {_rank(d.ranks['fused'])}"
+            + (f", while neighbour {d.neighbour[0]} sits at {d.neighbour[1]}" if kind == "chunk-boundary" and d.neighbour else "")
+            for d in examples[:3]
+        )
+        lines += ["", f"## {kind}", "",
+                  f"In {len(examples)} {'miss' if len(examples) == 1 else 'misses'} ({ids}), "
+                  + _EXPLAIN[kind].format(k=report.k, n=report.n) + f". For example, {detail}. "
+                  f"The proposed fix is {FIX_FOR[kind]}."]
+    if report.what_ifs:
+        lines += ["", "## What-if experiments", "",
+                  "Each fix applied to the whole golden set: misses it rescues, hits it loses.", "",
+                  "| fix | variant | rescued | lost | note |", "|---|---|---|---|---|"]
+        lines += [f"| {w.fix} | {w.variant} | {', '.join(w.rescued) or 'none'} | {', '.join(w.lost) or 'none'} | {w.note} |" for w in report.what_ifs]
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Index a corpus with one embedder, diagnose the golden-set misses and print the report."""
+    from retrieval_assets import pg
+    from retrieval_assets.embed import EMBEDDERS, get_embedder, schema_for
+
+    parser = argparse.ArgumentParser(prog="python -m retrieval_assets.diagnose", description=main.__doc__)
+    parser.add_argument("--corpus", default="fixtures/corpus")
+    parser.add_argument("--embedder", default="hash", choices=sorted(EMBEDDERS))
+    parser.add_argument("--k", type=int, default=10)
+    parser.add_argument("--n", type=int, default=50)
+    parser.add_argument("--dsn", default=None)
+    parser.add_argument("--no-what-if", action="store_true", help="skip the what-if experiments")
+    args = parser.parse_args(argv)
+    if args.k < 1 or args.n < args.k:
+        parser.error(f"need 1 <= k <= n, got k={args.k} n={args.n}")
+    try:
+        documents = chunker.load_documents(args.corpus)
+        golden = metrics.load_golden(Path(args.corpus) / "golden.yaml", documents)
+        chunks = [c for d in documents for c in chunker.chunk(d)]
+        embedder = get_embedder(args.embedder)
+        schema = "diagnose_" + schema_for(args.embedder)
+        connect = lambda s: pg.connect(args.dsn, schema=s)  # noqa: E731
+        with connect(schema) as conn:
+            store.Schema.create(conn, embedder.dims)
+            store.sync(conn, chunks, embedder)
+            misses = diagnose(conn, embedder, rerank.LexicalReranker(), golden, k=args.k, n=args.n)
+        what_ifs = [] if args.no_what_if else what_if(connect, schema, embedder, rerank.LexicalReranker(), golden, documents, chunks, k=args.k, n=args.n)
+    except (chunker.CorpusError, metrics.GoldenError, pg.ConnectError, ValueError, RuntimeError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    print(render(Report(args.embedder, args.k, args.n, len(golden), misses, what_ifs)), end="")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
