@@ -33,7 +33,7 @@ def webserver(pg_dsn, tmp_path_factory):
     home = tmp_path_factory.mktemp("dagster_home")
     env = dict(os.environ, DAGSTER_HOME=str(home), RETRIEVAL_DSN=pg_dsn)
     subprocess.run(
-        [sys.executable, "-m", "dagster", "asset", "materialize", "-m", "retrieval_assets.definitions", "--select", "*", "--partition", "hash"],
+        [sys.executable, "-m", "dagster", "asset", "materialize", "-m", "retrieval_assets.definitions", "--select", "group:retrieval", "--partition", "hash"],
         cwd=ROOT, env=env, check=True, capture_output=True, timeout=300,
     )
     port = _free_port()
@@ -63,10 +63,11 @@ def webserver(pg_dsn, tmp_path_factory):
 def test_graphql_lists_assets_and_partitions(webserver):
     data = _graphql(webserver, "{ assetNodes { assetKey { path } groupName partitionKeys kinds } }")
     nodes = {"/".join(n["assetKey"]["path"]): n for n in data["assetNodes"]}
-    assert set(nodes) == {"documents", "chunks", "golden_queries", "chunk_index", "eval_run", "failure_report", "embedder_comparison"}
+    assert set(nodes) == {"documents", "chunks", "golden_queries", "chunk_index", "eval_run", "failure_report", "embedder_comparison", "answers"}
     assert nodes["eval_run"]["partitionKeys"] == ["hash", "minilm", "bge-small"]
     assert nodes["documents"]["partitionKeys"] == []
-    assert all(n["groupName"] == "retrieval" for n in nodes.values())
+    assert {n["groupName"] for k, n in nodes.items() if k != "answers"} == {"retrieval"}
+    assert nodes["answers"]["groupName"] == "live"
     assert "postgres" in nodes["chunk_index"]["kinds"]
 
 
