@@ -164,11 +164,11 @@ def what_if(
     }
     for fix, (variant, variant_chunks) in scratch.items():
         with connect(f"{schema}_whatif") as conn:
-            conn.execute("DROP TABLE IF EXISTS chunks")
+            store.drop(conn)
             store.Schema.create(conn, embedder.dims)
             store.sync(conn, variant_chunks, embedder)
             results.append(outcome(fix, variant, evaluate(conn)))
-            conn.execute("DROP TABLE chunks")
+            store.drop(conn)
     if other is not None:
         name, other_embedder, other_schema = other
         try:

@@ -7,6 +7,7 @@ raises on user query text; a query without words returns ``[]``. ``rrf`` fuses r
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 
 import numpy as np
@@ -99,6 +100,41 @@ def text_search(conn: psycopg.Connection, query: str, n: int = 50) -> list[Hit]:
     return [Hit(chunk_id, float(score), rank) for rank, (chunk_id, score) in enumerate(rows, 1)]
 
 
+_LEXEME = re.compile(r"'((?:[^']|'')*)'")
+
+
+def bm25_search(conn: psycopg.Connection, query: str, n: int = 50, *, k1: float = 1.2, b: float = 0.75) -> list[Hit]:
+    """Top ``n`` chunks by BM25 over corpus-level statistics (``store``'s postings), ties by chunk_id.
+
+    Query terms are the distinct lexemes of the positive terms of ``parse_query`` (phrases count
+    as their words); negated terms exclude as in ``text_search``. Lucene's BM25, as bm25s computes
+    it: ``idf = ln(1 + (N - df + 0.5) / (df + 0.5))`` times ``tf / (tf + k1 (1 - b + b L / avgL))``
+    (the classic ``k1 + 1`` numerator only scales every score). Only chunks holding a term are read.
+    """
+    positive, negative = parse_query(conn, query)
+    if positive is None or n < 1:
+        return []
+    terms = sorted({m.replace("''", "'") for m in _LEXEME.findall(positive)})
+    rows = conn.execute(
+        """WITH stats AS (SELECT n::float8 AS n, greatest(total_len, 1)::float8 / greatest(n, 1) AS avgdl FROM bm25_stats),
+                df AS (SELECT term, count(*)::float8 AS df FROM chunk_terms WHERE term = ANY(%(terms)s) GROUP BY term)
+           SELECT t.chunk_id,
+                  sum(ln(1 + (s.n - df.df + 0.5) / (df.df + 0.5))
+                      * t.tf / (t.tf + %(k1)s * (1 - %(b)s + %(b)s * t.len / s.avgdl))) AS score
+           FROM chunk_terms t JOIN df USING (term) CROSS JOIN stats s
+           WHERE %(neg)s::tsquery IS NULL
+              OR NOT EXISTS (SELECT 1 FROM chunks c WHERE c.chunk_id = t.chunk_id AND c.tsv @@ %(neg)s::tsquery)
+           GROUP BY t.chunk_id
+           ORDER BY score DESC, t.chunk_id
+           LIMIT %(n)s""",
+        {"terms": terms, "neg": negative, "n": n, "k1": float(k1), "b": float(b)},
+    ).fetchall()
+    return [Hit(chunk_id, float(score), rank) for rank, (chunk_id, score) in enumerate(rows, 1)]
+
+
+LEXICAL = {"ts_rank_cd": text_search, "bm25": bm25_search}
+
+
 def rrf(lists: Sequence[Sequence[Hit]], k: int = 60, weights: Sequence[float] | None = None) -> list[Ranked]:
     """Reciprocal rank fusion: score(d) = sum over lists holding d of weight / (k + rank)."""
     weights = weights or [1.0] * len(lists)
@@ -114,6 +150,24 @@ def rrf(lists: Sequence[Sequence[Hit]], k: int = 60, weights: Sequence[float] | 
     return [Ranked(cid, scores[cid], rank, tuple(ranks[cid])) for rank, cid in enumerate(order, 1)]
 
 
-def search(conn: psycopg.Connection, embedder: Embedder, query: str, n: int = 50, top_k: int = 10) -> list[Ranked]:
-    """Fuse the vector and full-text top ``n`` and return the first ``top_k``."""
-    return rrf([vector_search(conn, embedder, query, n), text_search(conn, query, n)])[:top_k]
+def lexical_search(conn: psycopg.Connection, query: str, n: int = 50, lexical: str = "ts_rank_cd") -> list[Hit]:
+    """The lexical list by name: ``ts_rank_cd`` (the seed's, the default) or ``bm25``."""
+    try:
+        return LEXICAL[lexical](conn, query, n)
+    except KeyError:
+        raise ValueError(f"unknown lexical ranking '{lexical}' (known: {', '.join(LEXICAL)})") from None
+
+
+def search(
+    conn: psycopg.Connection,
+    embedder: Embedder,
+    query: str,
+    n: int = 50,
+    top_k: int = 10,
+    *,
+    lexical: str = "ts_rank_cd",
+    weights: tuple[float, float] | None = None,
+) -> list[Ranked]:
+    """Fuse the vector and lexical top ``n`` (optionally weighted) and return the first ``top_k``."""
+    lists = [vector_search(conn, embedder, query, n), lexical_search(conn, query, n, lexical)]
+    return rrf(lists, weights=weights)[:top_k]

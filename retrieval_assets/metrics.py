@@ -168,7 +168,8 @@ class Evaluation:
 
 
 def evaluate_pipelines(conn, embedder, reranker, golden: Sequence[GoldenQuery], *, k: int = 10, n: int = 50,
-                       mmr_lambda: float = 0.7, weights: tuple[float, float] | None = None) -> Evaluation:
+                       mmr_lambda: float = 0.7, weights: tuple[float, float] | None = None,
+                       lexical: str = "ts_rank_cd") -> Evaluation:
     """Score hybrid, hybrid + rerank and hybrid + rerank + MMR in one pass over the golden set."""
     embedder = CachedEmbedder(embedder)  # each query is embedded once, for the vector list and MMR
     rel = relevant_sets(conn, golden)
@@ -176,7 +177,7 @@ def evaluate_pipelines(conn, embedder, reranker, golden: Sequence[GoldenQuery], 
     pool_recall, results = [], []
     for q in golden:
         start = time.perf_counter()
-        t = rerank.trace(conn, embedder, reranker, q.query, n=n, top_k=k, mmr_lambda=mmr_lambda, weights=weights)
+        t = rerank.trace(conn, embedder, reranker, q.query, n=n, top_k=k, mmr_lambda=mmr_lambda, weights=weights, lexical=lexical)
         seconds = time.perf_counter() - start
         lists = {
             "hybrid": [r.chunk_id for r in t.fused],
@@ -282,8 +283,12 @@ if __name__ == "__main__":
 
 # --- run history ------------------------------------------------------------------------------
 
-def record_run(conn: psycopg.Connection, ev: Evaluation, *, run_id: str, partition: str, embedder: str, corpus_hash: str, code_version: str) -> None:
-    """Append one row per pipeline of ``ev`` to ``eval_runs`` (created if missing) in the current schema."""
+def record_run(conn: psycopg.Connection, ev: Evaluation, *, run_id: str, partition: str, embedder: str, corpus_hash: str,
+               code_version: str, variant: str = "") -> None:
+    """Append one row per pipeline of ``ev`` to ``eval_runs`` (created if missing) in the current schema.
+
+    ``variant`` prefixes the pipeline names (``bm25:mmr``) of a non-default configuration.
+    """
     with conn.transaction():
         conn.execute(
             """CREATE TABLE IF NOT EXISTS eval_runs (
@@ -299,7 +304,7 @@ def record_run(conn: psycopg.Connection, ev: Evaluation, *, run_id: str, partiti
                      precision_at_k, mrr, ndcg_at_k, pool_recall, p50_ms, p95_ms, corpus_hash, code_version)
                    VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)""",
                 [
-                    (run_id, partition, embedder, pipeline, ev.k, ev.n, m.queries, m.recall_at_k, m.precision_at_k,
+                    (run_id, partition, embedder, variant + pipeline, ev.k, ev.n, m.queries, m.recall_at_k, m.precision_at_k,
                      m.mrr, m.ndcg_at_k, ev.pool_recall, latency["p50"], latency["p95"], corpus_hash, code_version)
                     for pipeline, m in ev.metrics.items()
                 ],

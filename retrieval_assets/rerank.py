@@ -36,13 +36,36 @@ def _ranked(chunks: Sequence[Chunk], scores: np.ndarray, top_k: int) -> list[Ran
     return [Ranked(chunks[i].chunk_id, float(scores[i]), rank, (int(i) + 1,)) for rank, i in enumerate(order, 1)]
 
 
+@dataclass(frozen=True)
+class CorpusStats:
+    """Document frequencies and average length of a whole corpus, in ``\\w+`` lowercase words."""
+
+    n: int
+    df: Mapping[str, int]
+    avg_len: float
+
+    @classmethod
+    def from_texts(cls, texts: Sequence[str]) -> CorpusStats:
+        df: Counter[str] = Counter()
+        total = 0
+        for text in texts:
+            words = _WORD.findall(text.lower())
+            total += len(words)
+            df.update(set(words))
+        return cls(len(texts), dict(df), total / len(texts) if texts else 0.0)
+
+
 class LexicalReranker:
-    """BM25 over the candidate set: idf = ln(1 + (N - df + 0.5) / (df + 0.5)), lengths in words."""
+    """BM25 over the candidate set: idf = ln(1 + (N - df + 0.5) / (df + 0.5)), lengths in words.
 
-    name = "bm25"
+    With ``corpus``, N, df and the average length come from the whole corpus instead of the
+    candidates: a pool retrieved for a query holds its terms everywhere, so pool-local idf
+    shrinks exactly the terms that matter.
+    """
 
-    def __init__(self, k1: float = 1.2, b: float = 0.75):
-        self.k1, self.b = k1, b
+    def __init__(self, k1: float = 1.2, b: float = 0.75, corpus: CorpusStats | None = None):
+        self.k1, self.b, self.corpus = k1, b, corpus
+        self.name = "bm25" if corpus is None else "bm25-corpus-idf"
 
     def scores(self, query: str, texts: Sequence[str]) -> np.ndarray:
         terms = list(dict.fromkeys(_WORD.findall(query.lower())))
@@ -53,10 +76,12 @@ class LexicalReranker:
         counts = [Counter(_WORD.findall(t.lower())) for t in texts]
         tf = np.array([[c.get(term, 0) for term in terms] for c in counts], dtype=np.float64)
         lengths = np.array([sum(c.values()) for c in counts], dtype=np.float64)
-        n = len(texts)
-        df = (tf > 0).sum(axis=0)
+        if self.corpus is None:
+            n, df, avg = len(texts), (tf > 0).sum(axis=0), lengths.mean() or 1.0
+        else:
+            n, avg = self.corpus.n, self.corpus.avg_len or 1.0
+            df = np.array([self.corpus.df.get(term, 0) for term in terms], dtype=np.float64)
         idf = np.log1p((n - df + 0.5) / (df + 0.5))
-        avg = lengths.mean() or 1.0
         norm = self.k1 * (1 - self.b + self.b * lengths / avg)
         return (idf * tf * (self.k1 + 1) / (tf + norm[:, None])).sum(axis=1)
 
@@ -148,10 +173,11 @@ def trace(
     top_k: int = 10,
     mmr_lambda: float | None = 0.7,
     weights: tuple[float, float] | None = None,
+    lexical: str = "ts_rank_cd",
 ) -> Trace:
-    """Run the pipeline for one query and keep the intermediate lists (``weights``: vector, text)."""
+    """Run the pipeline for one query and keep the intermediate lists (``weights``: vector, lexical)."""
     vector = hybrid.vector_search(conn, embedder, query, n)
-    text = hybrid.text_search(conn, query, n)
+    text = hybrid.lexical_search(conn, query, n, lexical)
     fused = hybrid.rrf([vector, text], weights=weights)[:n]
     if reranker is None or not fused:
         return Trace(vector, text, fused, fused, fused[:top_k])

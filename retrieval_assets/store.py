@@ -61,6 +61,74 @@ class Schema:
             conn.execute("CREATE INDEX IF NOT EXISTS chunks_embedding_hnsw ON chunks USING hnsw (embedding vector_cosine_ops)")
             conn.execute("CREATE INDEX IF NOT EXISTS chunks_tsv_gin ON chunks USING gin (tsv)")
             conn.execute("CREATE INDEX IF NOT EXISTS chunks_doc_id ON chunks (doc_id)")
+            _create_postings(conn)
+
+
+def _create_postings(conn: psycopg.Connection) -> None:
+    """BM25 statistics beside ``chunks``, kept exact in the writer's transaction.
+
+    ``chunk_terms`` holds one posting per (lexeme, chunk) with its term frequency and the chunk's
+    length; lexemes come from the ``tsv`` column, so stemming and stop words match full-text
+    search, and a chunk's length is its number of indexed tokens. ``chunk_lengths`` has one row
+    per chunk; statement triggers on it keep ``bm25_stats`` (N, total length) current, cascaded
+    deletes included. A table that predates the postings is backfilled here.
+    """
+    fresh = conn.execute("SELECT to_regclass('chunk_lengths') IS NULL").fetchone()[0]
+    conn.execute("CREATE TABLE IF NOT EXISTS bm25_stats (one bool PRIMARY KEY DEFAULT true CHECK (one), n bigint, total_len bigint)")
+    conn.execute("INSERT INTO bm25_stats VALUES (true, 0, 0) ON CONFLICT DO NOTHING")
+    conn.execute("CREATE TABLE IF NOT EXISTS chunk_lengths (chunk_id text PRIMARY KEY REFERENCES chunks ON DELETE CASCADE, len int)")
+    conn.execute(
+        """CREATE TABLE IF NOT EXISTS chunk_terms (
+             term text, chunk_id text REFERENCES chunks ON DELETE CASCADE, tf int, len int,
+             PRIMARY KEY (term, chunk_id))"""
+    )
+    conn.execute("CREATE INDEX IF NOT EXISTS chunk_terms_chunk_id ON chunk_terms (chunk_id)")
+    for op, rows, sign in (("INSERT", "NEW", "+"), ("DELETE", "OLD", "-")):
+        conn.execute(
+            sql.SQL(
+                """CREATE OR REPLACE FUNCTION {fn}() RETURNS trigger LANGUAGE plpgsql AS $$
+                   BEGIN
+                     UPDATE bm25_stats SET n = n {sign} (SELECT count(*) FROM changed),
+                                           total_len = total_len {sign} (SELECT coalesce(sum(len), 0) FROM changed);
+                     RETURN NULL;
+                   END $$"""
+            ).format(fn=sql.Identifier(f"bm25_stats_{op.lower()}"), sign=sql.SQL(sign))
+        )
+        conn.execute(
+            sql.SQL(
+                """CREATE OR REPLACE TRIGGER {name} AFTER {op} ON chunk_lengths
+                   REFERENCING {rows} TABLE AS changed FOR EACH STATEMENT EXECUTE FUNCTION {fn}()"""
+            ).format(name=sql.Identifier(f"chunk_lengths_{op.lower()}"), op=sql.SQL(op), rows=sql.SQL(rows),
+                     fn=sql.Identifier(f"bm25_stats_{op.lower()}"))
+        )
+    if fresh:
+        _index_terms(conn, None)
+
+
+def _index_terms(conn: psycopg.Connection, chunk_ids: list[str] | None) -> None:
+    """(Re)write the postings and length of ``chunk_ids`` (every chunk when None)."""
+    params = {"all": chunk_ids is None, "ids": chunk_ids or []}
+    conn.execute("DELETE FROM chunk_lengths WHERE %(all)s OR chunk_id = ANY(%(ids)s)", params)
+    conn.execute("DELETE FROM chunk_terms WHERE %(all)s OR chunk_id = ANY(%(ids)s)", params)
+    conn.execute(
+        """INSERT INTO chunk_lengths (chunk_id, len)
+           SELECT chunk_id, (SELECT coalesce(sum(cardinality(positions)), 0) FROM unnest(tsv))
+           FROM chunks WHERE %(all)s OR chunk_id = ANY(%(ids)s)""",
+        params,
+    )
+    conn.execute(
+        """INSERT INTO chunk_terms (term, chunk_id, tf, len)
+           SELECT l.lexeme, c.chunk_id, cardinality(l.positions), cl.len
+           FROM chunks c JOIN chunk_lengths cl USING (chunk_id), unnest(c.tsv) AS l
+           WHERE %(all)s OR c.chunk_id = ANY(%(ids)s)""",
+        params,
+    )
+
+
+def drop(conn: psycopg.Connection) -> None:
+    """Drop the chunk table and its BM25 statistics from the current schema."""
+    with conn.transaction():
+        conn.execute("DROP TABLE IF EXISTS chunk_terms, chunk_lengths, bm25_stats, chunks")
 
 
 def count(conn: psycopg.Connection) -> int:
@@ -110,9 +178,11 @@ def _merge(conn: psycopg.Connection) -> tuple[int, int]:
                  IS DISTINCT FROM (EXCLUDED.doc_id, EXCLUDED.heading_path, EXCLUDED.start_char,
                                    EXCLUDED.end_char, EXCLUDED.text)
               OR c.embedding IS DISTINCT FROM EXCLUDED.embedding
-           RETURNING (xmax = 0) AS inserted"""
+           RETURNING chunk_id, (xmax = 0) AS inserted"""
     ).fetchall()
-    inserted = sum(1 for (flag,) in rows if flag)
+    inserted = sum(1 for _, flag in rows if flag)
+    if rows:
+        _index_terms(conn, [chunk_id for chunk_id, _ in rows])
     if rows:  # fresh statistics, so the planner's choice (exact scan or HNSW) does not flip later
         conn.execute("ANALYZE chunks")
     return inserted, len(rows) - inserted

@@ -83,7 +83,7 @@ def indexed(conn, corpus_documents):
     from retrieval_assets.embed import HashEmbedder
 
     embedder = HashEmbedder()
-    conn.execute("DROP TABLE IF EXISTS chunks")
+    store.drop(conn)
     store.Schema.create(conn, embedder.dims)
     chunks = [c for d in corpus_documents for c in chunk(d)]
     store.sync(conn, chunks, embedder)

@@ -86,8 +86,11 @@ def test_whole_graph_for_hash_matches_the_library(resource):
     comparison = metadata(result, "embedder_comparison")
     assert comparison["hash/mmr/mrr"] == ev.metrics["mmr"].mrr
     with resource.connect(resource.history_schema) as conn:
-        rows = conn.execute("SELECT pipeline, mrr FROM eval_runs WHERE run_id = %s ORDER BY pipeline", (result.run_id,)).fetchall()
-    assert dict(rows) == {p: m.mrr for p, m in ev.metrics.items()}
+        rows = dict(conn.execute("SELECT pipeline, mrr FROM eval_runs WHERE run_id = %s", (result.run_id,)).fetchall())
+    assert {p: rows[p] for p in ev.metrics} == {p: m.mrr for p, m in ev.metrics.items()}
+    assert set(rows) == {*ev.metrics, "bm25:hybrid", "bm25:rerank", "bm25:mmr"}
+    assert ev_meta["bm25:mmr/mrr"] == rows["bm25:mmr"]
+    assert ev_meta["best_pipeline"] in {f"{lexical}:{p}" for lexical in ("ts_rank_cd", "bm25") for p in ev.metrics}
 
 
 def test_rematerialising_changes_nothing(resource):

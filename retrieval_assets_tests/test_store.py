@@ -31,7 +31,7 @@ def make_chunks(doc_id: str, texts: list[str]) -> list[Chunk]:
 
 @pytest.fixture()
 def table(conn):
-    conn.execute("DROP TABLE IF EXISTS chunks")
+    store.drop(conn)
     store.Schema.create(conn, 256)
     return conn
 

@@ -135,18 +135,23 @@ def chunk_index(context: dg.AssetExecutionContext, postgres: PostgresResource, c
                               metadata={"rows": rows, "chunks": len(chunks), "dims": dims, "embedder_dims": embedder.dims})
 
 
-def _metric_metadata(ev: metrics.Evaluation) -> dict:
-    out: dict = {"k": ev.k, "n": ev.n, f"fused_recall@{ev.n}": ev.pool_recall,
-                 "latency_p50_ms": round(ev.latency_ms["p50"], 2), "latency_p95_ms": round(ev.latency_ms["p95"], 2)}
+def _metric_metadata(ev: metrics.Evaluation, prefix: str = "") -> dict:
+    out: dict = {f"{prefix}fused_recall@{ev.n}": ev.pool_recall,
+                 f"{prefix}latency_p50_ms": round(ev.latency_ms["p50"], 2), f"{prefix}latency_p95_ms": round(ev.latency_ms["p95"], 2)}
     for pipeline, m in ev.metrics.items():
-        out.update({f"{pipeline}/recall@k": m.recall_at_k, f"{pipeline}/precision@k": m.precision_at_k,
-                    f"{pipeline}/mrr": m.mrr, f"{pipeline}/ndcg@k": m.ndcg_at_k})
-    rows = ["| pipeline | kind | queries | recall@k | precision@k | MRR | nDCG@k |", "|---|---|---|---|---|---|---|"]
-    for pipeline, m in ev.metrics.items():
-        for kind, row in [("all", m), *m.by_kind.items()]:
-            rows.append(f"| {pipeline} | {kind} | {row.queries} | {row.recall_at_k:.3f} | {row.precision_at_k:.3f} | {row.mrr:.3f} | {row.ndcg_at_k:.3f} |")
-    out["by_kind"] = dg.MetadataValue.md("\n".join(rows))
+        out.update({f"{prefix}{pipeline}/recall@k": m.recall_at_k, f"{prefix}{pipeline}/precision@k": m.precision_at_k,
+                    f"{prefix}{pipeline}/mrr": m.mrr, f"{prefix}{pipeline}/ndcg@k": m.ndcg_at_k})
     return out
+
+
+def _by_kind_table(evaluations: dict[str, metrics.Evaluation]) -> str:
+    rows = ["| lexical list | pipeline | kind | queries | recall@k | precision@k | MRR | nDCG@k |", "|---|---|---|---|---|---|---|---|"]
+    for variant, ev in evaluations.items():
+        for pipeline, m in ev.metrics.items():
+            for kind, row in [("all", m), *m.by_kind.items()]:
+                rows.append(f"| {variant} | {pipeline} | {kind} | {row.queries} | {row.recall_at_k:.3f} | {row.precision_at_k:.3f} "
+                            f"| {row.mrr:.3f} | {row.ndcg_at_k:.3f} |")
+    return "\n".join(rows)
 
 
 @dg.asset(
@@ -154,7 +159,8 @@ def _metric_metadata(ev: metrics.Evaluation) -> dict:
     kinds={"postgres", "python"},
     group_name="retrieval",
     deps=[chunk_index],
-    description="Golden-set evaluation of hybrid, + BM25 rerank and + MMR; appended to the eval_runs history.",
+    description="Golden-set evaluation of hybrid, + BM25 rerank and + MMR, with the seed's ts_rank_cd lexical list "
+    "and with BM25 inside Postgres (+ corpus-level idf in the reranker); appended to the eval_runs history.",
     check_specs=[dg.AssetCheckSpec("quality_floors", asset="eval_run", blocking=True,
                                    description="recall@k, MRR and nDCG@k of the full pipeline stay above the partition's floors.")],
 )
@@ -162,19 +168,32 @@ def eval_run(context: dg.AssetExecutionContext, config: EvalConfig, postgres: Po
              golden_queries: list[GoldenQuery], chunks: list[Chunk]):
     key = context.partition_key
     embedder = get_embedder(key)
+    variants = {
+        "ts_rank_cd": rerank.LexicalReranker(),
+        "bm25": rerank.LexicalReranker(corpus=rerank.CorpusStats.from_texts([c.text for c in chunks])),
+    }
+    evaluations = {}
     with postgres.connect(postgres.schema(key)) as conn:
-        ev = metrics.evaluate_pipelines(conn, embedder, rerank.LexicalReranker(), golden_queries,
-                                        k=config.k, n=config.n, mmr_lambda=config.mmr_lambda)
+        for lexical, reranker in variants.items():
+            evaluations[lexical] = metrics.evaluate_pipelines(conn, embedder, reranker, golden_queries, k=config.k, n=config.n,
+                                                              mmr_lambda=config.mmr_lambda, lexical=lexical)
     with postgres.connect(postgres.history_schema) as conn:
-        metrics.record_run(conn, ev, run_id=context.run.run_id, partition=key, embedder=embedder.name,
-                           corpus_hash=_corpus_hash(chunks), code_version=CODE_VERSION)
+        for lexical, ev in evaluations.items():
+            metrics.record_run(conn, ev, run_id=context.run.run_id, partition=key, embedder=embedder.name,
+                               corpus_hash=_corpus_hash(chunks), code_version=CODE_VERSION,
+                               variant="" if lexical == "ts_rank_cd" else f"{lexical}:")
+    ev = evaluations["ts_rank_cd"]
+    scored = {f"{lexical}:{p}": m.ndcg_at_k for lexical, e in evaluations.items() for p, m in e.metrics.items()}
+    best = max(scored, key=scored.get)
     floors = dict(FLOORS.get(key, {}))
     for name, override in (("recall_at_k", config.min_recall), ("mrr", config.min_mrr), ("ndcg_at_k", config.min_ndcg)):
         if override is not None:
             floors[name] = override
     final = ev.metrics["mmr"]
     below = {name: getattr(final, name) for name, floor in floors.items() if getattr(final, name) < floor}
-    yield dg.Output(ev, metadata=_metric_metadata(ev))
+    metadata = {"k": ev.k, "n": ev.n, **_metric_metadata(ev), **_metric_metadata(evaluations["bm25"], "bm25:"),
+                "best_pipeline": best, "best_ndcg@k": scored[best], "by_kind": dg.MetadataValue.md(_by_kind_table(evaluations))}
+    yield dg.Output(ev, metadata=metadata)
     yield dg.AssetCheckResult(
         check_name="quality_floors", passed=not below,
         metadata={"floors": str(floors or "none measured for this partition"), "below": str(below or "none")},

@@ -1,0 +1,126 @@
+"""BM25 inside Postgres: scores equal bm25s on the same tokens, statistics stay exact through sync."""
+
+import bm25s
+import numpy as np
+import pytest
+
+from retrieval_assets import hybrid, pg, store
+from retrieval_assets.embed import HashEmbedder
+from retrieval_assets.rerank import CorpusStats, LexicalReranker
+from retrieval_assets.types import Chunk
+from retrieval_assets_tests.test_hybrid import HOSTILE
+
+
+def lexeme_tokens(conn):
+    """Every chunk's tsvector expanded into its token list (each lexeme once per position)."""
+    rows = conn.execute(
+        """SELECT chunk_id, coalesce(array_agg(lexeme ORDER BY lexeme) FILTER (WHERE lexeme IS NOT NULL), '{}'),
+                  coalesce(array_agg(cardinality(positions) ORDER BY lexeme) FILTER (WHERE lexeme IS NOT NULL), '{}')
+           FROM chunks LEFT JOIN LATERAL unnest(tsv) ON true GROUP BY chunk_id ORDER BY chunk_id"""
+    ).fetchall()
+    return [r[0] for r in rows], [[lex for lex, n in zip(r[1], r[2]) for _ in range(n)] for r in rows]
+
+
+def test_scores_equal_bm25s_on_the_same_tokens(indexed, golden):
+    conn, _, _ = indexed
+    ids, tokens = lexeme_tokens(conn)
+    peer = bm25s.BM25(k1=1.2, b=0.75, method="lucene", dtype="float64")
+    peer.index(tokens, show_progress=False)
+    compared = 0
+    for q in golden:
+        positive, negative = hybrid.parse_query(conn, q.query)
+        terms = sorted({t.replace("''", "'") for t in hybrid._LEXEME.findall(positive or "")})
+        expected = peer.get_scores(terms) if terms else np.zeros(len(ids))
+        hits = hybrid.bm25_search(conn, q.query, n=50)
+        for h in hits:
+            assert h.score == pytest.approx(float(expected[ids.index(h.chunk_id)]), abs=1e-6)
+            compared += 1
+        if negative is None:  # "--exact-search" in q38 is a negation; the peer knows none
+            top = sorted((i for i in range(len(ids)) if expected[i] > 0), key=lambda i: (-expected[i], ids[i]))[:50]
+            assert [h.chunk_id for h in hits] == [ids[i] for i in top]
+    assert compared > 1000
+
+
+def stats_from_scratch(conn):
+    ids, tokens = lexeme_tokens(conn)
+    postings = sorted((lex, cid, toks.count(lex), len(toks)) for cid, toks in zip(ids, tokens) for lex in set(toks))
+    return (len(ids), sum(len(t) for t in tokens)), postings
+
+
+def stats_kept(conn):
+    n, total = conn.execute("SELECT n, total_len FROM bm25_stats").fetchone()
+    return (n, total), sorted(conn.execute("SELECT term, chunk_id, tf, len FROM chunk_terms").fetchall())
+
+
+def make(doc, texts):
+    return [Chunk(f"{doc}#{i:03d}", doc, "", 0, len(t), t) for i, t in enumerate(texts)]
+
+
+@pytest.fixture()
+def scratch(pg_dsn, schema):
+    with pg.connect(pg_dsn, schema=schema + "_stats") as connection:
+        yield connection
+        connection.execute(f'DROP SCHEMA "{schema}_stats" CASCADE')
+
+
+def test_statistics_stay_exact_through_inserts_edits_and_deletions(scratch):
+    conn = scratch
+    store.drop(conn)
+    store.Schema.create(conn, 256)
+    e = HashEmbedder()
+    steps = [
+        make("a", ["Ranking ranks the ranked lists", "the of and"]) + make("b", ["BM25 saturates term frequency"]),
+        make("a", ["Ranking ranks the ranked lists again", "fresh words here"]) + make("b", ["BM25 saturates term frequency"]),
+        make("b", ["BM25 saturates term frequency", "a second chunk of b"]),
+        [],
+    ]
+    for chunks in steps:
+        store.sync(conn, chunks, e)
+        assert stats_kept(conn) == stats_from_scratch(conn)
+    store.upsert(conn, make("c", ["upserted text counts too"]), e)
+    assert stats_kept(conn) == stats_from_scratch(conn)
+    store.drop(conn)
+
+
+def test_backfill_of_a_table_that_predates_the_postings(scratch):
+    conn = scratch
+    store.drop(conn)
+    store.Schema.create(conn, 256)
+    store.sync(conn, make("a", ["alpha beta", "gamma delta gamma"]), HashEmbedder())
+    conn.execute("DROP TABLE chunk_terms, chunk_lengths, bm25_stats")
+    store.Schema.create(conn, 256)
+    assert stats_kept(conn) == stats_from_scratch(conn)
+    store.drop(conn)
+
+
+@pytest.mark.parametrize("query", HOSTILE + ["", "-", "-fusion -rank"])
+def test_hostile_queries_never_raise(indexed, query):
+    conn, embedder, _ = indexed
+    hybrid.bm25_search(conn, query)
+    hybrid.search(conn, embedder, query, lexical="bm25", weights=(1.0, 2.0))
+
+
+def test_negated_terms_exclude(indexed):
+    conn, _, chunks = indexed
+    by_id = {c.chunk_id: c for c in chunks}
+    hits = hybrid.bm25_search(conn, "rank fusion -reciprocal", n=200)
+    assert hits and all("reciprocal" not in by_id[h.chunk_id].text.lower() for h in hits)
+
+
+def test_unknown_lexical_ranking_is_an_error(indexed):
+    conn, embedder, _ = indexed
+    with pytest.raises(ValueError, match="unknown lexical ranking 'tfidf'"):
+        hybrid.search(conn, embedder, "x", lexical="tfidf")
+
+
+def test_reranker_with_corpus_idf():
+    texts = ["alpha beta", "alpha gamma", "alpha alpha delta"]
+    corpus = CorpusStats.from_texts(texts + ["zeta"] * 7)
+    assert corpus.n == 10 and corpus.df["alpha"] == 3 and corpus.avg_len == pytest.approx((2 + 2 + 3 + 7) / 10)
+    pooled = LexicalReranker().scores("alpha delta", texts)
+    global_ = LexicalReranker(corpus=corpus).scores("alpha delta", texts)
+    # in the pool alpha is everywhere (low idf); in the corpus it is in 3 of 10 chunks
+    idf_alpha = np.log1p((10 - 3 + 0.5) / 3.5)
+    norm = 1.2 * (1 - 0.75 + 0.75 * 2 / corpus.avg_len)
+    assert global_[0] == pytest.approx(idf_alpha * 2.2 / (1 + norm))
+    assert global_[0] > pooled[0]
