@@ -239,6 +239,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--embedder", default="hash", choices=sorted(EMBEDDERS))
     parser.add_argument("--dsn", default=None, help="Postgres DSN (default: $RETRIEVAL_DSN, else the embedded server)")
     parser.add_argument("--schema", default=None, help="schema to index into (default: metrics_<embedder>)")
+    parser.add_argument("--lexical", default="ts_rank_cd", choices=["ts_rank_cd", "bm25"], help="lexical list fused with vectors")
+    parser.add_argument("--corpus-idf", action="store_true", help="BM25 rerank with corpus-level idf instead of the pool's")
     parser.add_argument("--failures", action="store_true", help="print query_id, kind, best_rank of every miss instead")
     parser.add_argument("--json", metavar="PATH", help="also write the numbers as JSON ('-' for stdout)")
     args = parser.parse_args(argv)
@@ -254,8 +256,11 @@ def main(argv: list[str] | None = None) -> int:
         schema = args.schema or "metrics_" + re.sub(r"\W", "_", args.embedder)
         with pg.connect(args.dsn, schema=schema) as conn:
             store.Schema.create(conn, embedder.dims)
-            store.sync(conn, [c for d in documents for c in chunker.chunk(d)], embedder)
-            ev = evaluate_pipelines(conn, embedder, rerank.LexicalReranker(), golden, k=args.k, n=args.n, mmr_lambda=args.mmr_lambda)
+            chunks = [c for d in documents for c in chunker.chunk(d)]
+            store.sync(conn, chunks, embedder)
+            corpus_stats = rerank.CorpusStats.from_texts([c.text for c in chunks]) if args.corpus_idf else None
+            ev = evaluate_pipelines(conn, embedder, rerank.LexicalReranker(corpus=corpus_stats), golden, k=args.k, n=args.n,
+                                    mmr_lambda=args.mmr_lambda, lexical=args.lexical)
     except (chunker.CorpusError, GoldenError, pg.ConnectError, ValueError, RuntimeError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -264,7 +269,7 @@ def main(argv: list[str] | None = None) -> int:
         for q in ev.failures():
             print(f"{q.query_id}\t{q.kind}\t{q.best_rank if q.best_rank is not None else 'none'}")
     else:
-        print(f"embedder {embedder.name}, k={args.k}, n={args.n}: fused recall@{args.n} = {ev.pool_recall:.3f}")
+        print(f"embedder {embedder.name}, lexical list {args.lexical}, k={args.k}, n={args.n}: fused recall@{args.n} = {ev.pool_recall:.3f}")
         for name, label in (("hybrid", "hybrid (RRF)"), ("rerank", "+ BM25 rerank"), ("mmr", f"+ MMR ({args.mmr_lambda})")):
             print(f"\n{label}")
             report(ev.metrics[name])
