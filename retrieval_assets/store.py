@@ -70,19 +70,19 @@ def _create_postings(conn: psycopg.Connection) -> None:
     ``chunk_terms`` holds one posting per (lexeme, chunk) with its term frequency and the chunk's
     length; lexemes come from the ``tsv`` column, so stemming and stop words match full-text
     search, and a chunk's length is its number of indexed tokens. ``chunk_lengths`` has one row
-    per chunk; statement triggers on it keep ``bm25_stats`` (N, total length) current, cascaded
-    deletes included. A table that predates the postings is backfilled here.
+    per chunk; statement triggers on it keep ``bm25_stats`` (N, total length) current. Postings
+    have one B-tree, (term, chunk_id): writers remove a chunk's old postings through the lexemes
+    of its old tsv before they change it, so chunks must be written through ``sync`` or
+    ``upsert``. A table that predates the postings is backfilled here.
     """
     fresh = conn.execute("SELECT to_regclass('chunk_lengths') IS NULL").fetchone()[0]
     conn.execute("CREATE TABLE IF NOT EXISTS bm25_stats (one bool PRIMARY KEY DEFAULT true CHECK (one), n bigint, total_len bigint)")
     conn.execute("INSERT INTO bm25_stats VALUES (true, 0, 0) ON CONFLICT DO NOTHING")
     conn.execute("CREATE TABLE IF NOT EXISTS chunk_lengths (chunk_id text PRIMARY KEY REFERENCES chunks ON DELETE CASCADE, len int)")
-    conn.execute(
+    conn.execute(  # no foreign key and no chunk_id index: writes go through _add_terms / _drop_terms
         """CREATE TABLE IF NOT EXISTS chunk_terms (
-             term text, chunk_id text REFERENCES chunks ON DELETE CASCADE, tf int, len int,
-             PRIMARY KEY (term, chunk_id))"""
+             term text, chunk_id text, tf int, len int, PRIMARY KEY (term, chunk_id))"""
     )
-    conn.execute("CREATE INDEX IF NOT EXISTS chunk_terms_chunk_id ON chunk_terms (chunk_id)")
     for op, rows, sign in (("INSERT", "NEW", "+"), ("DELETE", "OLD", "-")):
         conn.execute(
             sql.SQL(
@@ -102,14 +102,12 @@ def _create_postings(conn: psycopg.Connection) -> None:
                      fn=sql.Identifier(f"bm25_stats_{op.lower()}"))
         )
     if fresh:
-        _index_terms(conn, None)
+        _add_terms(conn, None)
 
 
-def _index_terms(conn: psycopg.Connection, chunk_ids: list[str] | None) -> None:
-    """(Re)write the postings and length of ``chunk_ids`` (every chunk when None)."""
+def _add_terms(conn: psycopg.Connection, chunk_ids: list[str] | None) -> None:
+    """Write the length and postings of ``chunk_ids`` (every chunk when None), in key order."""
     params = {"all": chunk_ids is None, "ids": chunk_ids or []}
-    conn.execute("DELETE FROM chunk_lengths WHERE %(all)s OR chunk_id = ANY(%(ids)s)", params)
-    conn.execute("DELETE FROM chunk_terms WHERE %(all)s OR chunk_id = ANY(%(ids)s)", params)
     conn.execute(
         """INSERT INTO chunk_lengths (chunk_id, len)
            SELECT chunk_id, (SELECT coalesce(sum(cardinality(positions)), 0) FROM unnest(tsv))
@@ -120,9 +118,23 @@ def _index_terms(conn: psycopg.Connection, chunk_ids: list[str] | None) -> None:
         """INSERT INTO chunk_terms (term, chunk_id, tf, len)
            SELECT l.lexeme, c.chunk_id, cardinality(l.positions), cl.len
            FROM chunks c JOIN chunk_lengths cl USING (chunk_id), unnest(c.tsv) AS l
-           WHERE %(all)s OR c.chunk_id = ANY(%(ids)s)""",
+           WHERE %(all)s OR c.chunk_id = ANY(%(ids)s)
+           ORDER BY 1, 2""",
         params,
     )
+
+
+def _drop_terms(conn: psycopg.Connection, chunk_ids: list[str]) -> None:
+    """Remove the length and postings of ``chunk_ids``, found through their current tsv (primary-key deletes)."""
+    if not chunk_ids:
+        return
+    conn.execute(
+        """DELETE FROM chunk_terms t
+           USING (SELECT c.chunk_id, l.lexeme FROM chunks c, unnest(c.tsv) AS l WHERE c.chunk_id = ANY(%(ids)s)) old
+           WHERE t.term = old.lexeme AND t.chunk_id = old.chunk_id""",
+        {"ids": chunk_ids},
+    )
+    conn.execute("DELETE FROM chunk_lengths WHERE chunk_id = ANY(%s)", (chunk_ids,))
 
 
 def drop(conn: psycopg.Connection) -> None:
@@ -160,13 +172,25 @@ def _stage(conn: psycopg.Connection, chunks: Sequence[Chunk], vectors: dict[str,
             copy.write_row((c.chunk_id, c.doc_id, c.heading_path, c.start_char, c.end_char, c.text, vectors.get(c.chunk_id)))
 
 
-def _merge(conn: psycopg.Connection) -> tuple[int, int]:
-    """Fill NULL vectors from rows of the same text, then upsert; returns (inserted, updated)."""
+def _merge(conn: psycopg.Connection, *, delete_missing: bool = False) -> tuple[int, int, int]:
+    """Apply ``incoming`` to ``chunks`` and keep the BM25 postings exact; returns (inserted, updated, deleted).
+
+    NULL vectors are filled from rows of the same text; with ``delete_missing``, chunks absent from
+    ``incoming`` are deleted. Only rows that differ are written.
+    """
     conn.execute(
         """UPDATE incoming i SET embedding = c.embedding
            FROM chunks c
            WHERE i.embedding IS NULL AND c.text = i.text"""
     )
+    retexted = [r[0] for r in conn.execute(
+        "SELECT i.chunk_id FROM incoming i JOIN chunks c USING (chunk_id) WHERE c.text IS DISTINCT FROM i.text")]
+    new = [r[0] for r in conn.execute(
+        "SELECT chunk_id FROM incoming i WHERE NOT EXISTS (SELECT 1 FROM chunks c WHERE c.chunk_id = i.chunk_id)")]
+    missing = [r[0] for r in conn.execute(
+        "SELECT chunk_id FROM chunks c WHERE NOT EXISTS (SELECT 1 FROM incoming i WHERE i.chunk_id = c.chunk_id)")] if delete_missing else []
+    _drop_terms(conn, retexted + missing)
+    deleted = conn.execute("DELETE FROM chunks WHERE chunk_id = ANY(%s)", (missing,)).rowcount if missing else 0
     rows = conn.execute(
         """INSERT INTO chunks AS c (chunk_id, doc_id, heading_path, start_char, end_char, text, embedding)
            SELECT chunk_id, doc_id, heading_path, start_char, end_char, text, embedding FROM incoming
@@ -178,14 +202,13 @@ def _merge(conn: psycopg.Connection) -> tuple[int, int]:
                  IS DISTINCT FROM (EXCLUDED.doc_id, EXCLUDED.heading_path, EXCLUDED.start_char,
                                    EXCLUDED.end_char, EXCLUDED.text)
               OR c.embedding IS DISTINCT FROM EXCLUDED.embedding
-           RETURNING chunk_id, (xmax = 0) AS inserted"""
+           RETURNING (xmax = 0) AS inserted"""
     ).fetchall()
-    inserted = sum(1 for _, flag in rows if flag)
-    if rows:
-        _index_terms(conn, [chunk_id for chunk_id, _ in rows])
-    if rows:  # fresh statistics, so the planner's choice (exact scan or HNSW) does not flip later
+    _add_terms(conn, retexted + new)
+    inserted = sum(1 for (flag,) in rows if flag)
+    if rows or deleted:  # fresh statistics, so the planner's choice (exact scan or HNSW) does not flip later
         conn.execute("ANALYZE chunks")
-    return inserted, len(rows) - inserted
+    return inserted, len(rows) - inserted, deleted
 
 
 def _embed(embedder: Embedder, chunks: Sequence[Chunk], batch: int) -> dict[str, np.ndarray]:
@@ -213,7 +236,7 @@ def upsert(conn: psycopg.Connection, chunks: Iterable[Chunk], embedder: Embedder
     vectors = _embed(embedder, chunks, batch)
     with conn.transaction():
         _stage(conn, chunks, vectors, embedder.dims)
-        inserted, updated = _merge(conn)
+        inserted, updated, _ = _merge(conn)
     return inserted + updated
 
 
@@ -233,12 +256,7 @@ def sync(conn: psycopg.Connection, chunks: Iterable[Chunk], embedder: Embedder, 
         fresh = [c for c in chunks if c.text not in known_texts]
         vectors = _embed(embedder, fresh, batch)
         _stage(conn, chunks, vectors, embedder.dims)
-        deleted = conn.execute(
-            "DELETE FROM chunks c WHERE NOT EXISTS (SELECT 1 FROM incoming i WHERE i.chunk_id = c.chunk_id)"
-        ).rowcount
-        inserted, updated = _merge(conn)
-        if deleted and not inserted + updated:
-            conn.execute("ANALYZE chunks")
+        inserted, updated, deleted = _merge(conn, delete_missing=True)
     return SyncReport(
         inserted=inserted,
         updated=updated,

@@ -111,10 +111,10 @@ def test_sync_failing_half_way_leaves_the_previous_state(table, monkeypatch):
     store.sync(table, make_chunks("a", ["one", "two", "three"]), e)
     before = rows(table)
 
-    def explode(conn):
-        raise RuntimeError("killed after the delete")
+    def explode(conn, chunk_ids):
+        raise RuntimeError("killed after the delete and the upsert")
 
-    monkeypatch.setattr(store, "_merge", explode)
+    monkeypatch.setattr(store, "_add_terms", explode)
     with pytest.raises(RuntimeError, match="killed"):
         store.sync(table, make_chunks("b", ["other"]), e)
     assert rows(table) == before
