@@ -103,6 +103,7 @@ def _create_postings(conn: psycopg.Connection) -> None:
         )
     if fresh:
         _add_terms(conn, None)
+        conn.execute("ANALYZE chunk_terms, chunk_lengths, bm25_stats")
 
 
 def _add_terms(conn: psycopg.Connection, chunk_ids: list[str] | None) -> None:
@@ -206,8 +207,8 @@ def _merge(conn: psycopg.Connection, *, delete_missing: bool = False) -> tuple[i
     ).fetchall()
     _add_terms(conn, retexted + new)
     inserted = sum(1 for (flag,) in rows if flag)
-    if rows or deleted:  # fresh statistics, so the planner's choice (exact scan or HNSW) does not flip later
-        conn.execute("ANALYZE chunks")
+    if rows or deleted:  # fresh planner statistics: plans (exact scan or HNSW, postings by index) stay stable
+        conn.execute("ANALYZE chunks, chunk_terms, chunk_lengths, bm25_stats")
     return inserted, len(rows) - inserted, deleted
 
 

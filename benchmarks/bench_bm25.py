@@ -1,0 +1,115 @@
+"""BM25 inside Postgres: what keeping the statistics costs sync, and how fast the query is.
+
+Run: uv run python benchmarks/bench_bm25.py [--repeats 5] [--scale-schema bench_scale_100000]
+Targets (issue 11): statistics cost sync at most 30% extra time; BM25 query p50 under 10 ms on
+Cranfield and under 50 ms at 100k chunks. Prints figures only; never asserts.
+
+Sync overhead: the fixture corpus and Cranfield are synced into a fresh table, alternately with
+the postings maintenance on and off (store._add_terms / store._drop_terms replaced by no-ops),
+median of the repeats. Query latency: every query once to warm up, then p50/p95 over all of
+them, warm connection, for bm25_search and for the seed's text_search (ts_rank_cd).
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import statistics
+import time
+from contextlib import contextmanager
+
+from _common import CORPUS, print_machine
+
+from retrieval_assets import chunker, datasets, hybrid, metrics, pg, store
+from retrieval_assets.embed import HashEmbedder
+
+
+@contextmanager
+def postings(enabled: bool):
+    saved = store._add_terms, store._drop_terms
+    if not enabled:
+        store._add_terms = lambda conn, ids: None
+        store._drop_terms = lambda conn, ids: None
+    try:
+        yield
+    finally:
+        store._add_terms, store._drop_terms = saved
+
+
+def sync_seconds(conn, chunks, embedder, enabled: bool) -> float:
+    store.drop(conn)
+    store.Schema.create(conn, embedder.dims)
+    with postings(enabled):
+        start = time.perf_counter()
+        store.sync(conn, chunks, embedder)
+        return time.perf_counter() - start
+
+
+def overhead(name: str, conn, chunks, repeats: int) -> None:
+    embedder = HashEmbedder()
+    embedder.embed([c.text for c in chunks])  # warm the token cache: time the write path, not hashing
+    times = {True: [], False: []}
+    for _ in range(repeats):
+        for enabled in (False, True):
+            times[enabled].append(sync_seconds(conn, chunks, embedder, enabled))
+    on, off = statistics.median(times[True]), statistics.median(times[False])
+    print(f"{name}: {len(chunks)} chunks, sync with statistics {on:.3f} s, without {off:.3f} s, overhead {100 * (on / off - 1):.0f}%")
+
+
+def latency(name: str, conn, queries: list[str]) -> None:
+    for label, search in (("bm25_search", hybrid.bm25_search), ("text_search (ts_rank_cd)", hybrid.text_search)):
+        for q in queries:
+            search(conn, q, 50)
+        ms = []
+        for q in queries:
+            start = time.perf_counter()
+            search(conn, q, 50)
+            ms.append(1000 * (time.perf_counter() - start))
+        ms.sort()
+        print(f"{name}: {label} over {len(ms)} queries: p50 {ms[len(ms) // 2]:.1f} ms, p95 {ms[int(0.95 * len(ms))]:.1f} ms")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--scale-schema", default="bench_scale_100000", help="an indexed schema of benchmarks/scale.py, if present")
+    args = parser.parse_args()
+    print_machine()
+
+    fixture = [c for d in chunker.load_documents(CORPUS) for c in chunker.chunk(d)]
+    golden = [q.query for q in metrics.load_golden(CORPUS / "golden.yaml")]
+    with pg.connect(schema="bench_bm25") as conn:
+        overhead("fixture corpus", conn, fixture, args.repeats)
+        store.sync(conn, fixture, HashEmbedder())
+        latency("fixture corpus", conn, golden)
+
+    try:
+        cranfield = datasets.load_cranfield()
+    except datasets.DatasetError as exc:
+        print(f"Cranfield skipped: {exc}")
+    else:
+        chunks = datasets.chunk_documents(cranfield.documents)
+        with pg.connect(schema="bench_bm25") as conn:
+            overhead("Cranfield", conn, chunks, args.repeats)
+            store.sync(conn, chunks, HashEmbedder())
+            latency("Cranfield", conn, list(cranfield.queries.values()))
+            store.drop(conn)
+
+    with pg.connect(schema=args.scale_schema) as conn:
+        if store.table_dims(conn) is None:
+            print(f"scale: schema {args.scale_schema} has no chunk table; run benchmarks/scale.py --keep first")
+            return
+        store.Schema.create(conn, store.table_dims(conn))  # backfills postings for a table that predates them
+        n = store.count(conn)
+        texts = [r[0] for r in conn.execute("SELECT text FROM chunks TABLESAMPLE SYSTEM (1) LIMIT 400")]
+        rng = random.Random(0)
+        queries = []
+        for text in texts:
+            words = [w for w in text.split() if w.isalpha()]
+            if len(words) >= 4:
+                queries.append(" ".join(rng.sample(words, rng.randint(2, 4))))
+        latency(f"scale ({n} chunks)", conn, queries[:200])
+
+
+if __name__ == "__main__":
+    main()
