@@ -147,15 +147,18 @@ def what_if(
     def evaluate(conn, emb=embedder, **kw) -> set[str]:
         return _hits(metrics.evaluate_pipelines(conn, emb, reranker, golden, k=k, n=n, mmr_lambda=mmr_lambda, **kw))
 
+    lists: dict = {}  # the base index's first-stage lists, shared by the fusion-weight variants
+
     def outcome(fix, variant, hits, note="") -> WhatIf:
         return WhatIf(fix, variant, tuple(sorted(misses & hits)), tuple(sorted(base - hits)), note)
 
     results = []
     with connect(schema) as conn:
-        base = evaluate(conn)
+        base = evaluate(conn, first_stage_cache=lists)
         misses = {q.query_id for q in golden} - base
         for weights in WEIGHT_GRID:
-            results.append(outcome("hybrid-weights", f"RRF weights vector {weights[0]:g}, text {weights[1]:g}", evaluate(conn, weights=weights)))
+            hits = evaluate(conn, weights=weights, first_stage_cache=lists)
+            results.append(outcome("hybrid-weights", f"RRF weights vector {weights[0]:g}, text {weights[1]:g}", hits))
     scratch = {
         "contextual-chunk-headers": ("heading path prepended to each chunk", [
             Chunk(c.chunk_id, c.doc_id, c.heading_path, c.start_char, c.end_char, f"{c.heading_path}\n\n{c.text}" if c.heading_path else c.text)

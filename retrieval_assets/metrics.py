@@ -169,15 +169,24 @@ class Evaluation:
 
 def evaluate_pipelines(conn, embedder, reranker, golden: Sequence[GoldenQuery], *, k: int = 10, n: int = 50,
                        mmr_lambda: float = 0.7, weights: tuple[float, float] | None = None,
-                       lexical: str = "ts_rank_cd") -> Evaluation:
-    """Score hybrid, hybrid + rerank and hybrid + rerank + MMR in one pass over the golden set."""
+                       lexical: str = "ts_rank_cd", first_stage_cache: dict | None = None) -> Evaluation:
+    """Score hybrid, hybrid + rerank and hybrid + rerank + MMR in one pass over the golden set.
+
+    ``first_stage_cache`` (a dict owned by the caller) keeps each query's vector and lexical lists
+    so that later evaluations with other fusion weights skip the searches.
+    """
     embedder = CachedEmbedder(embedder)  # each query is embedded once, for the vector list and MMR
     rel = relevant_sets(conn, golden)
     per_pipeline: dict[str, list] = {p: [] for p in PIPELINES}
     pool_recall, results = [], []
     for q in golden:
         start = time.perf_counter()
-        t = rerank.trace(conn, embedder, reranker, q.query, n=n, top_k=k, mmr_lambda=mmr_lambda, weights=weights, lexical=lexical)
+        key = (q.query, n, lexical)
+        cached = first_stage_cache.get(key) if first_stage_cache is not None else None
+        t = rerank.trace(conn, embedder, reranker, q.query, n=n, top_k=k, mmr_lambda=mmr_lambda, weights=weights,
+                         lexical=lexical, first_stage=cached)
+        if first_stage_cache is not None:
+            first_stage_cache[key] = (t.vector, t.text)
         seconds = time.perf_counter() - start
         lists = {
             "hybrid": [r.chunk_id for r in t.fused],

@@ -174,10 +174,17 @@ def trace(
     mmr_lambda: float | None = 0.7,
     weights: tuple[float, float] | None = None,
     lexical: str = "ts_rank_cd",
+    first_stage: tuple[list[Hit], list[Hit]] | None = None,
 ) -> Trace:
-    """Run the pipeline for one query and keep the intermediate lists (``weights``: vector, lexical)."""
-    vector = hybrid.vector_search(conn, embedder, query, n)
-    text = hybrid.lexical_search(conn, query, n, lexical)
+    """Run the pipeline for one query and keep the intermediate lists (``weights``: vector, lexical).
+
+    ``first_stage`` = (vector, lexical) lists of an earlier trace of the same query and ``n``, to
+    re-run fusion and the second stage alone (what-if experiments on the fusion weights).
+    """
+    if first_stage is None:
+        vector, text = hybrid.vector_search(conn, embedder, query, n), hybrid.lexical_search(conn, query, n, lexical)
+    else:
+        vector, text = first_stage
     fused = hybrid.rrf([vector, text], weights=weights)[:n]
     if reranker is None or not fused:
         return Trace(vector, text, fused, fused, fused[:top_k])
