@@ -3,8 +3,9 @@
 Contract: ``Schema.create(conn, dims)`` makes the seed's ``chunks`` table (in the connection's
 current schema) with an HNSW cosine index and a GIN index; ``upsert`` writes chunks
 idempotently; ``sync`` makes the table equal to a set of chunks in one transaction, re-embedding
-only texts the table does not hold yet; ``count`` returns the row count. Every dimension
-mismatch raises ValueError before anything is written.
+only texts the table does not hold yet; ``count`` returns the row count; ``drop`` removes it all.
+Beside the table, BM25 postings and corpus statistics over the same 'english' analysis are kept
+exact by every write. Every dimension mismatch raises ValueError before anything is written.
 """
 
 from __future__ import annotations
@@ -18,9 +19,6 @@ from psycopg import sql
 
 from retrieval_assets.embed import Embedder
 from retrieval_assets.types import Chunk
-
-_COLUMNS = ("chunk_id", "doc_id", "heading_path", "start_char", "end_char", "text")
-
 
 @dataclass(frozen=True)
 class SyncReport:
