@@ -79,17 +79,22 @@ class HashEmbedder:
 
     def embed(self, texts: Sequence[str]) -> np.ndarray:
         width = 2 * self.dims
+        word_codes, bigram_codes = self._word_codes, self._bigram_codes
         codes: list[int] = []
-        for row, text in enumerate(texts):
+        lengths: list[int] = []
+        for text in texts:
             words = _WORD.findall(text.lower())
-            offset = row * width
             start = len(codes)
             for word in words:
-                codes.extend(self._codes_of_word(word))
-            codes.extend(self._codes_of_bigram(f"{a} {b}") for a, b in zip(words, words[1:]))
-            if offset:
-                codes[start:] = [c + offset for c in codes[start:]]
-        counts = np.bincount(np.asarray(codes, dtype=np.int64), minlength=len(texts) * width)
+                found = word_codes.get(word)
+                codes.extend(found if found is not None else self._codes_of_word(word))
+            for bigram in map(" ".join, zip(words, words[1:])):
+                found = bigram_codes.get(bigram)
+                codes.append(found if found is not None else self._codes_of_bigram(bigram))
+            lengths.append(len(codes) - start)
+        rows = np.repeat(np.arange(len(texts), dtype=np.int64) * width, lengths)
+        codes = np.asarray(codes, dtype=np.int64) + rows
+        counts = np.bincount(codes, minlength=len(texts) * width)
         counts = counts.reshape(len(texts), width)
         vectors = (counts[:, : self.dims] - counts[:, self.dims :]).astype(np.float32)
         norms = np.linalg.norm(vectors, axis=1, keepdims=True)
