@@ -52,7 +52,7 @@ def metadata(result, key):
 def test_definitions_load_with_jobs_schedule_and_partitions():
     repo = defs.get_repository_def()
     assert {k.to_user_string() for k in repo.asset_graph.get_all_asset_keys()} == {
-        "documents", "chunks", "golden_queries", "chunk_index", "eval_run", "failure_report", "embedder_comparison", "answers"}
+        "documents", "chunks", "golden_queries", "chunk_index", "eval_run", "failure_report", "embedder_comparison", "answers", "cranfield_report"}
     job = defs.resolve_job_def("evaluate_embedders")
     assert job.partitions_def.get_partition_keys() == ["hash", "minilm", "bge-small"]
     assert nightly_evaluation.default_status == dg.DefaultScheduleStatus.STOPPED

@@ -63,10 +63,11 @@ def webserver(pg_dsn, tmp_path_factory):
 def test_graphql_lists_assets_and_partitions(webserver):
     data = _graphql(webserver, "{ assetNodes { assetKey { path } groupName partitionKeys kinds } }")
     nodes = {"/".join(n["assetKey"]["path"]): n for n in data["assetNodes"]}
-    assert set(nodes) == {"documents", "chunks", "golden_queries", "chunk_index", "eval_run", "failure_report", "embedder_comparison", "answers"}
+    assert set(nodes) == {"documents", "chunks", "golden_queries", "chunk_index", "eval_run", "failure_report", "embedder_comparison", "answers", "cranfield_report"}
     assert nodes["eval_run"]["partitionKeys"] == ["hash", "minilm", "bge-small"]
     assert nodes["documents"]["partitionKeys"] == []
-    assert {n["groupName"] for k, n in nodes.items() if k != "answers"} == {"retrieval"}
+    assert {n["groupName"] for k, n in nodes.items() if k not in ("answers", "cranfield_report")} == {"retrieval"}
+    assert nodes["cranfield_report"]["groupName"] == "benchmark"
     assert nodes["answers"]["groupName"] == "live"
     assert "postgres" in nodes["chunk_index"]["kinds"]
 

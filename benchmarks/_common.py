@@ -1,0 +1,110 @@
+"""Helpers shared by the benchmark scripts: machine description and summary statistics.
+
+Not a test module: the scripts print figures and never assert timings.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import os
+import platform
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+CORPUS = ROOT / "fixtures" / "corpus"
+
+
+def cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
+def machine() -> dict[str, str]:
+    affinity = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return {
+        "cpu": cpu_model(),
+        "cores": f"{os.cpu_count()} logical ({affinity} usable by this process)",
+        "python": f"{platform.python_implementation()} {sys.version.split()[0]}",
+        "platform": platform.platform(),
+        "date": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        "load": load_average(),
+        "code": code_version(),
+    }
+
+
+def code_version() -> str:
+    """The commit measured, and whether retrieval_assets/ had uncommitted changes at the time."""
+    try:
+        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True, check=True).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--", "retrieval_assets"], cwd=ROOT, capture_output=True,
+                               text=True, check=True).stdout.split("\n")
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown (no git)"
+    changed = sorted(line[3:] for line in dirty if line.strip())
+    return f"{head}" + (f" + uncommitted changes in {', '.join(changed)}" if changed else " (clean)")
+
+
+def drop_chunks(conn) -> None:
+    """Drop the chunk table (and whatever store keeps beside it) in the connection's schema."""
+    from retrieval_assets import store
+
+    if hasattr(store, "drop"):
+        store.drop(conn)
+    else:
+        conn.execute("DROP TABLE IF EXISTS chunks")
+
+
+def load_average() -> str:
+    """1/5/15-minute load averages: other work on the machine skews every figure printed."""
+    try:
+        return "loadavg " + " ".join(Path("/proc/loadavg").read_text().split()[:3])
+    except OSError:
+        return "unknown"
+
+
+def postgres_versions(conn) -> dict[str, str]:
+    server = conn.execute("SHOW server_version").fetchone()[0]
+    row = conn.execute("SELECT extversion FROM pg_extension WHERE extname = 'vector'").fetchone()
+    return {"postgres": server, "pgvector": row[0] if row else "absent"}
+
+
+def print_machine(extra: dict[str, str] | None = None) -> None:
+    print("machine:")
+    for key, value in {**machine(), **(extra or {})}.items():
+        print(f"  {key:<9} {value}")
+
+
+def print_load_end() -> None:
+    """Load at the end of the run: a high figure means other work overlapped this measurement."""
+    print(f"\nload at end: {load_average()}")
+
+
+def pct(samples, p: float) -> float:
+    """Percentile by linear interpolation between closest ranks (numpy's default method)."""
+    data = sorted(samples)
+    if not data:
+        return float("nan")
+    pos = (len(data) - 1) * p / 100
+    lo = int(pos)
+    hi = min(lo + 1, len(data) - 1)
+    return data[lo] + (data[hi] - data[lo]) * (pos - lo)
+
+
+def summary_ms(seconds) -> str:
+    ms = [1000 * s for s in seconds]
+    return (
+        f"p50 {pct(ms, 50):7.2f} ms  p95 {pct(ms, 95):7.2f} ms  mean {statistics.fmean(ms):7.2f} ms  "
+        f"max {max(ms):7.2f} ms  (n={len(ms)})"
+    )
+
+
+def verdict(ok: bool) -> str:
+    return "meets target" if ok else "MISSES target"

@@ -1,0 +1,191 @@
+"""Cranfield 1400: our pipelines against a bm25s peer, on data nobody here wrote.
+
+Run (from the project root; the data is read in place, never copied into the repository):
+
+    uv run python benchmarks/cranfield.py                       # hash and minilm, ~5 min on 2 cores
+    uv run python benchmarks/cranfield.py --embedders hash      # seconds
+    uv run python benchmarks/cranfield.py --data /path/to/cranfield --out -
+
+Each embedder's chunk table lives in a scratch schema (``bench_cranfield_<embedder>``) of the
+embedded Postgres (or ``$RETRIEVAL_DSN``); ``store.sync`` re-embeds nothing already stored, so
+a re-run skips the embedding. Documents are title + abstract, cut by our chunker; a document
+ranks where its best chunk ranks. Metrics: nDCG@10, recall@100 and MRR (over the whole list,
+to depth 100), binary relevance (cranqrel codes 1..4), from ``retrieval_assets.metrics`` and
+cross-checked per query against pytrec_eval. The bm25s peer (k1=1.2, b=0.75, English stop
+words, PyStemmer English) is computed in the same run over the same document texts.
+Writes the table to benchmarks/results/cranfield.md (``--out``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import os
+import platform
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+from psycopg import sql
+
+from retrieval_assets import datasets, pg
+from retrieval_assets.embed import get_embedder, schema_for
+
+ROOT = Path(__file__).resolve().parents[1]
+DEFAULT_DATA = ROOT.parent / "shared" / "benchmarks" / "cranfield"
+DEFAULT_OUT = ROOT / "benchmarks" / "results" / "cranfield.md"
+TOLERANCE = 1e-9
+
+
+def revision() -> str:
+    import subprocess
+
+    try:
+        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", "--", "retrieval_assets"], capture_output=True, text=True, cwd=ROOT).stdout
+    except OSError:
+        return "unknown"
+    return head + (" + uncommitted changes in retrieval_assets/" if dirty.strip() else "")
+
+
+def machine() -> str:
+    cpu = "unknown"
+    try:
+        cpu = next(line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines() if line.startswith("model name"))
+    except (OSError, StopIteration):
+        cpu = platform.processor() or cpu
+    usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    mem = ""
+    try:
+        kb = int(next(line.split()[1] for line in Path("/proc/meminfo").read_text().splitlines() if line.startswith("MemTotal")))
+        mem = f", {kb / 1024 / 1024:.0f} GiB RAM"
+    except (OSError, StopIteration, ValueError):
+        pass
+    return f"{cpu}, {os.cpu_count()} cores ({usable} usable){mem}, {platform.system()} {platform.release()}, Python {platform.python_version()}"
+
+
+def paired_difference(ours: datasets.RankerScores, peer: datasets.RankerScores, resamples: int = 10_000) -> tuple[float, float, float, int, int]:
+    """nDCG@k of ``ours`` minus the peer's, paired by query: (mean, 95% bootstrap low, high, wins, losses)."""
+    qids = sorted(ours.per_query)
+    diff = np.array([ours.per_query[q][0] - peer.per_query[q][0] for q in qids])
+    rng = np.random.default_rng(0)
+    means = diff[rng.integers(0, len(diff), size=(resamples, len(diff)))].mean(axis=1)
+    return float(diff.mean()), float(np.quantile(means, 0.025)), float(np.quantile(means, 0.975)), int((diff > 0).sum()), int((diff < 0).sum())
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--data", default=str(DEFAULT_DATA), help=f"Cranfield folder (default {DEFAULT_DATA})")
+    parser.add_argument("--embedders", nargs="+", default=["hash", "minilm"])
+    parser.add_argument("--k", type=int, default=10, help="nDCG cut-off")
+    parser.add_argument("--depth", type=int, default=100, help="documents per ranked list (recall cut-off)")
+    parser.add_argument("--n", type=int, default=300, help="chunks per first-stage list and in the fused pool")
+    parser.add_argument("--mmr-lambda", type=float, default=0.7)
+    parser.add_argument("--schema-prefix", default="bench_cranfield_")
+    parser.add_argument("--fresh", action="store_true", help="drop each scratch table first (re-embeds everything)")
+    parser.add_argument("--dsn", default=None, help="Postgres DSN (default: $RETRIEVAL_DSN, else the embedded server)")
+    parser.add_argument("--out", default=str(DEFAULT_OUT), help="Markdown report path ('-': print only)")
+    args = parser.parse_args(argv)
+    log = lambda msg: print(msg, file=sys.stderr, flush=True)  # noqa: E731
+
+    try:
+        bench = datasets.load_cranfield(args.data)
+    except datasets.DatasetError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    judged = bench.relevant()
+    log(f"cranfield: {len(bench.documents)} documents, {len(bench.queries)} queries, "
+        f"{sum(map(len, judged.values()))} relevant judgements over {len(judged)} queries")
+
+    started = time.perf_counter()
+    rows: list[tuple[str, datasets.RankerScores]] = []
+    notes: list[str] = []
+    checks: dict[str, float] = {}
+
+    start = time.perf_counter()
+    peer = {"bm25s": datasets.bm25s_ranker(bench.documents, k1=1.2, b=0.75, depth=args.depth)}
+    peer_index_s = time.perf_counter() - start
+    peer_scores = datasets.evaluate_rankers(bench, peer, k=args.k, depth=args.depth)
+    rows.append(("peer", peer_scores["bm25s"]))
+    checks.update({f"peer/{name}": diff for name, diff in datasets.trec_eval_check(bench, peer_scores, k=args.k, depth=args.depth).items()})
+    notes.append(f"peer bm25s: indexed {len(bench.documents)} documents in {peer_index_s:.2f} s")
+    log(notes[-1])
+
+    for key in args.embedders:
+        embedder = get_embedder(key)
+        schema = args.schema_prefix + schema_for(key)
+        if args.fresh:
+            with pg.connect(args.dsn) as admin:
+                admin.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(schema)))
+        with pg.connect(args.dsn, schema=schema) as conn:
+            start = time.perf_counter()
+            chunks, report = datasets.index_benchmark(conn, bench, embedder)
+            index_s = time.perf_counter() - start
+            notes.append(f"{key} ({embedder.name}): {len(chunks)} chunks from {len({c.doc_id for c in chunks})} documents "
+                         f"in schema {schema}; sync {index_s:.1f} s ({report.embedded} texts embedded, {report.unchanged} unchanged)")
+            log(notes[-1])
+            rankers = datasets.our_rankers(conn, embedder, chunks, n=args.n, depth=args.depth, mmr_lambda=args.mmr_lambda)
+            scores = datasets.evaluate_rankers(bench, rankers, k=args.k, depth=args.depth, progress=lambda m, key=key: log(f"  {key}: {m}"))
+        rows.extend((key, s) for s in scores.values())
+        checks.update({f"{key}/{name}": diff for name, diff in datasets.trec_eval_check(bench, scores, k=args.k, depth=args.depth).items()})
+
+    paired = {(label, s.name): paired_difference(s, rows[0][1]) for label, s in rows[1:]}
+    table = "\n".join([
+        f"| embedder | ranker | nDCG@{args.k} | recall@{args.depth} | MRR | nDCG@{args.k} minus peer [95% CI] | seconds |",
+        "|---|---|---:|---:|---:|---:|---:|",
+        *(f"| {label} | {s.name} | {s.ndcg:.3f} | {s.recall:.3f} | {s.mrr:.3f} | "
+          + ("" if label == "peer" else "{:+.3f} [{:+.3f}, {:+.3f}]".format(*paired[label, s.name][:3]))
+          + f" | {s.seconds:.1f} |" for label, s in rows),
+    ])
+    worst = max(checks.values())
+    best = max((r for r in rows if r[0] != "peer"), key=lambda r: r[1].ndcg)
+    peer_row = rows[0][1]
+    mean, lo, hi, wins, losses = paired_difference(best[1], peer_row)
+    verdict = ("beats the peer" if lo > 0 else "does NOT beat the peer" if hi < 0
+               else "is level with the peer: the interval straddles zero")
+    command = "uv run python benchmarks/cranfield.py" + (f" --embedders {' '.join(args.embedders)}" if args.embedders != ["hash", "minilm"] else "")
+    text = "\n".join([
+        "# Cranfield 1400: our pipelines against a BM25 peer",
+        "",
+        f"Measured {dt.datetime.now(dt.timezone.utc):%Y-%m-%d %H:%M} UTC on {machine()}; "
+        f"total run {time.perf_counter() - started:.0f} s; code {revision()}.",
+        f"Reproduce: `{command}` (data read in place from `../shared/benchmarks/cranfield`; `--data` for another folder).",
+        "",
+        f"{len(bench.documents)} documents (title + abstract), {len(judged)} queries, "
+        f"{sum(map(len, judged.values()))} relevant judgements (cranqrel codes 1..4; the -1 lines are not relevant), binary relevance; "
+        f"every ranker is scored on all {len(judged)} queries. The CI column: paired per-query difference, 10,000 bootstrap resamples. "
+        f"nDCG@{args.k}; recall@{args.depth}; MRR = reciprocal rank of the first relevant document in the whole list "
+        f"(to depth {args.depth}, not cut at {args.k}).",
+        "",
+        table,
+        "",
+        "Rankers: `vector` = pgvector cosine search (`hybrid.vector_search`); `ts_rank_cd` = the seed's full-text list (`hybrid.text_search`); `bm25` = BM25 "
+        "inside Postgres over the chunks (`hybrid.bm25_search`); `hybrid(x)` = RRF of vector and x; `+ rerank` = the BM25 "
+        "`LexicalReranker` over the whole fused pool (idf from the pool with ts_rank_cd, from every chunk with bm25, the "
+        "pairing `eval_run` uses); `+ MMR` = MMR (lambda "
+        f"{args.mmr_lambda}) over the whole reranked pool; `bm25s` = the peer (k1 1.2, b 0.75, English stop words, "
+        f"PyStemmer English) over whole documents. Each first-stage list and the fused pool hold {args.n} chunks; a "
+        f"document ranks at its best chunk; the first {args.depth} documents are scored. `seconds`: wall time of the "
+        "ranker's 225 queries; our rankers of one lexical list share one trace per query, charged to the first of them.",
+        "",
+        f"Best of ours on nDCG@{args.k}: {best[0]} `{best[1].name}` {best[1].ndcg:.3f} against the peer's {peer_row.ndcg:.3f}: "
+        f"paired difference {mean:+.3f} (95% bootstrap interval {lo:+.3f} to {hi:+.3f}; better on {wins} queries, worse on "
+        f"{losses}), so it {verdict}.",
+        f"Cross-check against pytrec_eval (ndcg_cut_{args.k}, recall_{args.depth}, recip_rank), largest per-query difference "
+        f"over all rankers: {worst:.1e}" + (" (agree)" if worst <= TOLERANCE else " (DISAGREE)") + ".",
+        "",
+        *[f"- {n}" for n in notes],
+        "",
+    ])
+    print(text)
+    if args.out != "-":
+        out = Path(args.out)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(text)
+        log(f"wrote {out}")
+    return 0 if worst <= TOLERANCE else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

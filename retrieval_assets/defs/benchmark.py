@@ -1,0 +1,77 @@
+"""The ``benchmark`` group: external benchmarks, partitioned by embedder like the retrieval group.
+
+``cranfield_report`` indexes Cranfield 1400 (title + abstract, our chunker, ``store.sync``) into
+a scratch schema ``bench_cranfield_<embedder>`` (after the resource's prefix), then scores
+vector, the lexical list, hybrid (RRF), + BM25 rerank and + MMR, for each lexical list of
+``hybrid.LEXICAL`` (ts_rank_cd, BM25 inside Postgres), beside a bm25s peer computed in the same
+run, and records the table as metadata. The logic is ``retrieval_assets.datasets``; this
+module only wires it. Not part of the nightly ``evaluate_embedders`` job (group ``retrieval``).
+"""
+
+import time
+
+import dagster as dg
+
+from retrieval_assets import datasets
+from retrieval_assets.defs.assets import embedders
+from retrieval_assets.defs.resources import PostgresResource
+from retrieval_assets.embed import get_embedder, schema_for
+
+
+class CranfieldConfig(dg.Config):
+    data_dir: str = str(datasets.DEFAULT_CRANFIELD)  # the folder holding cran.all.1400, cran.qry, cranqrel
+    k: int = 10  # nDCG cut-off
+    depth: int = 100  # documents per ranked list; recall@depth; MRR over the whole list
+    n: int = 300  # chunks per first-stage list and in the fused rerank pool
+    mmr_lambda: float = 0.7
+    peer: bool = True  # the bm25s baseline (dev dependency) in the same run
+    cross_check: bool = True  # recompute every number with pytrec_eval (dev dependency) when installed
+
+
+def _importable(name: str) -> bool:
+    try:
+        __import__(name)
+    except ImportError:
+        return False
+    return True
+
+
+@dg.asset(
+    partitions_def=embedders,
+    kinds={"postgres", "python"},
+    group_name="benchmark",
+    description="Cranfield 1400: nDCG@10, recall@100 and MRR of our pipelines beside a bm25s peer, per embedder.",
+)
+def cranfield_report(context: dg.AssetExecutionContext, config: CranfieldConfig, postgres: PostgresResource) -> dg.MaterializeResult:
+    key = context.partition_key
+    bench = datasets.load_cranfield(config.data_dir)
+    embedder = get_embedder(key)
+    schema = postgres.schema_prefix + "bench_cranfield_" + schema_for(key)
+    rankers: dict[str, datasets.Ranker] = {}
+    if config.peer:
+        rankers["bm25s"] = datasets.bm25s_ranker(bench.documents, k1=1.2, b=0.75, depth=config.depth)
+    with postgres.connect(schema) as conn:
+        start = time.perf_counter()
+        chunks, report = datasets.index_benchmark(conn, bench, embedder)
+        index_s = time.perf_counter() - start
+        context.log.info(f"indexed {len(chunks)} chunks into {schema} in {index_s:.1f} s ({report.embedded} embedded)")
+        rankers.update(datasets.our_rankers(conn, embedder, chunks, n=config.n, depth=config.depth, mmr_lambda=config.mmr_lambda))
+        scores = datasets.evaluate_rankers(bench, rankers, k=config.k, depth=config.depth, progress=context.log.info)
+
+    rows = [("peer" if name == "bm25s" else key, s) for name, s in scores.items()]
+    meta: dict = {
+        "embedder": embedder.name, "schema": schema, "data_dir": config.data_dir,
+        "documents": len(bench.documents), "queries": next(iter(scores.values())).queries if scores else 0,
+        "chunks": len(chunks), "index_seconds": round(index_s, 2), "embedded": report.embedded,
+        "table": dg.MetadataValue.md(datasets.markdown_table(rows, k=config.k, depth=config.depth)),
+    }
+    for name, s in scores.items():
+        meta.update({f"{name}/ndcg@{config.k}": s.ndcg, f"{name}/recall@{config.depth}": s.recall, f"{name}/mrr": s.mrr})
+    ours = [s for name, s in scores.items() if name != "bm25s"]
+    best = max(ours, key=lambda s: s.ndcg)
+    meta.update({"best_pipeline": best.name, f"best/ndcg@{config.k}": best.ndcg})
+    if "bm25s" in scores:
+        meta[f"best_minus_peer/ndcg@{config.k}"] = best.ndcg - scores["bm25s"].ndcg
+    if config.cross_check and _importable("pytrec_eval"):
+        meta["max_diff_vs_pytrec_eval"] = max(datasets.trec_eval_check(bench, scores, k=config.k, depth=config.depth).values())
+    return dg.MaterializeResult(metadata=meta)
