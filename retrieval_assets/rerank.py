@@ -8,6 +8,7 @@ reranker's scores. ``pipeline`` = fused top ``n`` -> rerank all of it -> first `
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 from collections import Counter
@@ -34,6 +35,12 @@ class Reranker(Protocol):
 def _ranked(chunks: Sequence[Chunk], scores: np.ndarray, top_k: int) -> list[Ranked]:
     order = np.argsort(-scores, kind="stable")[:top_k]
     return [Ranked(chunks[i].chunk_id, float(scores[i]), rank, (int(i) + 1,)) for rank, i in enumerate(order, 1)]
+
+
+@functools.lru_cache(maxsize=20_000)
+def _word_counts(text: str) -> Counter[str]:
+    """Lowercase ``\\w+`` word counts of a chunk text (cached: candidates recur across queries; read-only)."""
+    return Counter(_WORD.findall(text.lower()))
 
 
 @dataclass(frozen=True)
@@ -73,7 +80,7 @@ class LexicalReranker:
             return np.zeros(0)
         if not terms:
             return np.zeros(len(texts))
-        counts = [Counter(_WORD.findall(t.lower())) for t in texts]
+        counts = [_word_counts(t) for t in texts]
         tf = np.array([[c.get(term, 0) for term in terms] for c in counts], dtype=np.float64)
         lengths = np.array([sum(c.values()) for c in counts], dtype=np.float64)
         if self.corpus is None:
@@ -144,7 +151,7 @@ def mmr(query_vec: np.ndarray, candidates: Sequence[Ranked], embeddings: Sequenc
 
 def fetch(conn: psycopg.Connection, chunk_ids: Sequence[str]) -> dict[str, tuple[Chunk, np.ndarray]]:
     """``{chunk_id: (Chunk, embedding)}`` for the ids present in the table."""
-    rows = conn.execute(
+    rows = conn.cursor(binary=True).execute(  # binary: vectors arrive as float32 bytes, not text to parse
         """SELECT chunk_id, doc_id, heading_path, start_char, end_char, text, embedding
            FROM chunks WHERE chunk_id = ANY(%s)""",
         (list(chunk_ids),),
