@@ -33,7 +33,7 @@ from retrieval_assets import datasets, pg
 from retrieval_assets.embed import get_embedder, schema_for
 
 ROOT = Path(__file__).resolve().parents[1]
-DEFAULT_DATA = ROOT.parent / "shared" / "benchmarks" / "cranfield"
+DEFAULT_DATA = datasets.DEFAULT_CRANFIELD  # $CRANFIELD_DIR, else ../shared/benchmarks/cranfield
 DEFAULT_OUT = ROOT / "benchmarks" / "results" / "cranfield.md"
 TOLERANCE = 1e-9
 
@@ -72,6 +72,27 @@ def paired_difference(ours: datasets.RankerScores, peer: datasets.RankerScores, 
     rng = np.random.default_rng(0)
     means = diff[rng.integers(0, len(diff), size=(resamples, len(diff)))].mean(axis=1)
     return float(diff.mean()), float(np.quantile(means, 0.025)), float(np.quantile(means, 0.975)), int((diff > 0).sum()), int((diff < 0).sum())
+
+
+def hnsw_recall(conn, embedder, queries: list[str], efs=(40, 50, 100)) -> dict[int, float]:
+    """recall@10 of the HNSW index (forced) against exact search, per ef_search; a hit is within the exact 10th distance."""
+    vectors = embedder.embed(queries)
+    exact = []
+    for v in vectors:
+        with conn.transaction():
+            conn.execute("SET LOCAL enable_indexscan = off")
+            exact.append(conn.execute("SELECT embedding <=> %(q)s FROM chunks ORDER BY embedding <=> %(q)s LIMIT 10", {"q": v}).fetchall()[-1][0])
+    out = {}
+    for ef in efs:
+        total = 0.0
+        for v, kth in zip(vectors, exact):
+            with conn.transaction():
+                conn.execute("SET LOCAL enable_seqscan = off")
+                conn.execute("SELECT set_config('hnsw.ef_search', %s, true)", (str(ef),))
+                got = conn.execute("SELECT embedding <=> %(q)s FROM chunks ORDER BY embedding <=> %(q)s LIMIT 10", {"q": v}).fetchall()
+            total += sum(1 for (d,) in got if d <= kth + 1e-6) / 10
+        out[ef] = total / len(vectors)
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -127,6 +148,10 @@ def main(argv: list[str] | None = None) -> int:
             log(notes[-1])
             rankers = datasets.our_rankers(conn, embedder, chunks, n=args.n, depth=args.depth, mmr_lambda=args.mmr_lambda)
             scores = datasets.evaluate_rankers(bench, rankers, k=args.k, depth=args.depth, progress=lambda m, key=key: log(f"  {key}: {m}"))
+            recall = hnsw_recall(conn, embedder, list(bench.queries.values()))
+            notes.append(f"{key}: HNSW recall@10 against exact search on the {len(bench.queries)} queries (index forced): "
+                         + ", ".join(f"ef_search {ef}: {r:.3f}" for ef, r in recall.items()))
+            log(notes[-1])
         rows.extend((key, s) for s in scores.values())
         checks.update({f"{key}/{name}": diff for name, diff in datasets.trec_eval_check(bench, scores, k=args.k, depth=args.depth).items()})
 

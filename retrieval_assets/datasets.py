@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import functools
 import json
+import os
 import re
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -35,8 +36,9 @@ from retrieval_assets.embed import CachedEmbedder, Embedder
 from retrieval_assets.types import Chunk, Document
 
 CRANFIELD_FILES = ("cran.all.1400", "cran.qry", "cranqrel")
-# Where the project reads Cranfield from: ../shared/benchmarks/cranfield beside the project root.
-DEFAULT_CRANFIELD = Path(__file__).resolve().parents[2] / "shared" / "benchmarks" / "cranfield"
+# Where the project reads Cranfield from: $CRANFIELD_DIR, else ../shared/benchmarks/cranfield
+# relative to the project root (it is never copied into the repository).
+DEFAULT_CRANFIELD = Path(os.environ.get("CRANFIELD_DIR") or Path(__file__).resolve().parents[2] / "shared" / "benchmarks" / "cranfield")
 
 Ranker = Callable[[str], Sequence[str]]
 

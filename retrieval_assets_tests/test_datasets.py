@@ -7,15 +7,14 @@ Small fixture files are written in tmp_path; the real Cranfield data is read in 
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import pytest
 
-from retrieval_assets import chunker, datasets
+from retrieval_assets import datasets
 from retrieval_assets.embed import HashEmbedder
 
-CRANFIELD = Path(os.environ.get("CRANFIELD_DIR") or datasets.DEFAULT_CRANFIELD)
+CRANFIELD = datasets.DEFAULT_CRANFIELD  # $CRANFIELD_DIR, else ../shared/benchmarks/cranfield
 
 DOCS = """\
 .I 1
