@@ -33,7 +33,7 @@ def table_dims(conn: psycopg.Connection) -> int | None:
     """The dimension of ``chunks.embedding`` in the current schema, or None without a table."""
     row = conn.execute(
         """SELECT a.atttypmod FROM pg_attribute a
-           WHERE a.attrelid = to_regclass('chunks') AND a.attname = 'embedding'"""
+           WHERE a.attrelid = to_regclass(quote_ident(current_schema()) || '.chunks') AND a.attname = 'embedding'"""
     ).fetchone()
     return row[0] if row else None
 
@@ -73,7 +73,7 @@ def _create_postings(conn: psycopg.Connection) -> None:
     of its old tsv before they change it, so chunks must be written through ``sync`` or
     ``upsert``. A table that predates the postings is backfilled here.
     """
-    fresh = conn.execute("SELECT to_regclass('chunk_lengths') IS NULL").fetchone()[0]
+    fresh = conn.execute("SELECT to_regclass(quote_ident(current_schema()) || '.chunk_lengths') IS NULL").fetchone()[0]
     conn.execute("CREATE TABLE IF NOT EXISTS bm25_stats (one bool PRIMARY KEY DEFAULT true CHECK (one), n bigint, total_len bigint)")
     conn.execute("INSERT INTO bm25_stats VALUES (true, 0, 0) ON CONFLICT DO NOTHING")
     conn.execute("CREATE TABLE IF NOT EXISTS chunk_lengths (chunk_id text PRIMARY KEY REFERENCES chunks ON DELETE CASCADE, len int)")
@@ -139,7 +139,8 @@ def _drop_terms(conn: psycopg.Connection, chunk_ids: list[str]) -> None:
 def drop(conn: psycopg.Connection) -> None:
     """Drop the chunk table and its BM25 statistics from the current schema."""
     with conn.transaction():
-        conn.execute("DROP TABLE IF EXISTS chunk_terms, chunk_lengths, bm25_stats, chunks")
+        schema = sql.Identifier(conn.execute("SELECT current_schema()").fetchone()[0])
+        conn.execute(sql.SQL("DROP TABLE IF EXISTS {s}.chunk_terms, {s}.chunk_lengths, {s}.bm25_stats, {s}.chunks").format(s=schema))
 
 
 def count(conn: psycopg.Connection) -> int:
