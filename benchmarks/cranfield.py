@@ -32,6 +32,8 @@ from psycopg import sql
 from retrieval_assets import datasets, pg
 from retrieval_assets.embed import get_embedder, schema_for
 
+from _common import cpu_model  # noqa: E402
+
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_DATA = datasets.DEFAULT_CRANFIELD  # $CRANFIELD_DIR, else ../shared/benchmarks/cranfield
 DEFAULT_OUT = ROOT / "benchmarks" / "results" / "cranfield.md"
@@ -50,11 +52,7 @@ def revision() -> str:
 
 
 def machine() -> str:
-    cpu = "unknown"
-    try:
-        cpu = next(line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines() if line.startswith("model name"))
-    except (OSError, StopIteration):
-        cpu = platform.processor() or cpu
+    cpu = cpu_model()
     usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     mem = ""
     try:

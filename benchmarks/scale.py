@@ -47,6 +47,8 @@ import sys
 import time
 from pathlib import Path
 
+from _common import cpu_model  # noqa: E402
+
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
 TARGETS = {"index_s": 90.0, "hybrid_p50_ms": 50.0, "recall": 0.95, "peak_mb": 1024.0}
@@ -55,11 +57,7 @@ HEADLINE_N = 50  # the pipeline's default pool: vector_search(n=50) runs with ef
 
 
 def machine() -> dict:
-    cpu = "unknown"
-    try:
-        cpu = next(line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines() if line.startswith("model name"))
-    except (OSError, StopIteration):
-        cpu = platform.processor() or cpu
+    cpu = cpu_model()
     try:
         mem_gib = int(next(line.split()[1] for line in Path("/proc/meminfo").read_text().splitlines() if line.startswith("MemTotal"))) / 1024 / 1024
     except (OSError, StopIteration, ValueError):
