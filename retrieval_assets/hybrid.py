@@ -103,6 +103,34 @@ def text_search(conn: psycopg.Connection, query: str, n: int = 50) -> list[Hit]:
 _LEXEME = re.compile(r"'((?:[^']|'')*)'")
 
 
+_BM25_TERM = "q.idf * t.tf / (t.tf + %(k1)s * (1 - %(b)s + %(b)s * t.len / %(avgdl)s))"
+_NOT_NEGATED = "(%(neg)s::tsquery IS NULL OR NOT EXISTS (SELECT 1 FROM chunks c WHERE c.chunk_id = {id} AND c.tsv @@ %(neg)s::tsquery))"
+
+# every posting of every query term, summed per chunk
+_BM25_ALL = f"""
+    WITH q AS (SELECT * FROM unnest(%(terms)s::text[], %(idfs)s::float8[]) AS q(term, idf))
+    SELECT t.chunk_id, sum({_BM25_TERM}) AS score
+    FROM chunk_terms t JOIN q USING (term)
+    WHERE {_NOT_NEGATED.format(id="t.chunk_id")}
+    GROUP BY t.chunk_id
+    ORDER BY score DESC, t.chunk_id
+    LIMIT %(n)s"""
+
+# the chunks holding a lead term, each scored over every query term by primary-key lookups
+_BM25_LEAD = f"""
+    WITH q AS (SELECT * FROM unnest(%(terms)s::text[], %(idfs)s::float8[]) AS q(term, idf)),
+         cand AS MATERIALIZED (SELECT DISTINCT chunk_id FROM chunk_terms WHERE term = ANY(%(lead)s))
+    SELECT cand.chunk_id, s.score
+    FROM cand CROSS JOIN LATERAL (
+        SELECT sum({_BM25_TERM}) AS score FROM chunk_terms t JOIN q USING (term)
+        WHERE t.chunk_id = cand.chunk_id AND t.term = ANY(%(terms)s)) s
+    WHERE {_NOT_NEGATED.format(id="cand.chunk_id")}
+    ORDER BY s.score DESC, cand.chunk_id
+    LIMIT %(n)s"""
+
+LOOKUP_COST = 4  # a primary-key lookup costs about this many postings read in a term scan (measured, benchmarks/README.md)
+
+
 def bm25_search(conn: psycopg.Connection, query: str, n: int = 50, *, k1: float = 1.2, b: float = 0.75) -> list[Hit]:
     """Top ``n`` chunks by BM25 over corpus-level statistics (``store``'s postings), ties by chunk_id.
 
@@ -110,26 +138,40 @@ def bm25_search(conn: psycopg.Connection, query: str, n: int = 50, *, k1: float 
     as their words); negated terms exclude as in ``text_search``. Lucene's BM25, as bm25s computes
     it: ``idf = ln(1 + (N - df + 0.5) / (df + 0.5))`` times ``tf / (tf + k1 (1 - b + b L / avgL))``
     (the classic ``k1 + 1`` numerator only scales every score). Only chunks holding a term are read.
+
+    Exact top-n with max-score pruning: a term adds less than its idf to any chunk, so once the
+    chunks holding the rarest terms (the lead) are scored in full, a chunk holding none of them
+    scores below the idf sum of the other terms; when the n-th lead score reaches that bound the
+    answer is final, without reading the long postings of frequent terms. Otherwise the lead
+    grows, and when lookups would cost more than reading every posting, every posting is read.
     """
     positive, negative = parse_query(conn, query)
     if positive is None or n < 1:
         return []
     terms = sorted({m.replace("''", "'") for m in _LEXEME.findall(positive)})
     rows = conn.execute(
-        """WITH stats AS (SELECT n::float8 AS n, greatest(total_len, 1)::float8 / greatest(n, 1) AS avgdl FROM bm25_stats),
-                df AS (SELECT term, count(*)::float8 AS df FROM chunk_terms WHERE term = ANY(%(terms)s) GROUP BY term)
-           SELECT t.chunk_id,
-                  sum(ln(1 + (s.n - df.df + 0.5) / (df.df + 0.5))
-                      * t.tf / (t.tf + %(k1)s * (1 - %(b)s + %(b)s * t.len / s.avgdl))) AS score
-           FROM chunk_terms t JOIN df USING (term) CROSS JOIN stats s
-           WHERE %(neg)s::tsquery IS NULL
-              OR NOT EXISTS (SELECT 1 FROM chunks c WHERE c.chunk_id = t.chunk_id AND c.tsv @@ %(neg)s::tsquery)
-           GROUP BY t.chunk_id
-           ORDER BY score DESC, t.chunk_id
-           LIMIT %(n)s""",
-        {"terms": terms, "neg": negative, "n": n, "k1": float(k1), "b": float(b)},
+        """SELECT s.n::float8, greatest(s.total_len, 1)::float8 / greatest(s.n, 1), d.term, d.df
+           FROM bm25_stats s JOIN term_df d ON d.term = ANY(%s) AND d.df > 0
+           ORDER BY d.df, d.term""",
+        (terms,),
     ).fetchall()
-    return [Hit(chunk_id, float(score), rank) for rank, (chunk_id, score) in enumerate(rows, 1)]
+    if not rows:
+        return []
+    total, avgdl = rows[0][0], rows[0][1]
+    terms = [r[2] for r in rows]  # rarest first
+    dfs = np.array([r[3] for r in rows], dtype=np.float64)
+    idfs = np.log1p((total - dfs + 0.5) / (dfs + 0.5))
+    params = {"terms": terms, "idfs": idfs.tolist(), "neg": negative, "n": n, "k1": float(k1), "b": float(b), "avgdl": avgdl}
+    bound_rest = np.concatenate([np.cumsum(idfs[::-1])[::-1][1:], [0.0]])  # idf sum of the terms after each lead
+    lead = int(np.searchsorted(np.cumsum(dfs), n)) + 1  # enough postings for n candidates, if they were distinct
+    while lead < len(terms) and np.sum(dfs[:lead]) * len(terms) * LOOKUP_COST < np.sum(dfs):
+        found = conn.execute(_BM25_LEAD, {**params, "lead": terms[:lead]}).fetchall()
+        if len(found) == n and found[-1][1] >= bound_rest[lead - 1]:
+            return [Hit(chunk_id, float(score), rank) for rank, (chunk_id, score) in enumerate(found, 1)]
+        threshold = found[-1][1] if len(found) == n else 0.0  # the n-th score only grows with the lead
+        lead = max(lead + 1, int(np.argmax(bound_rest <= threshold)) + 1 if threshold > 0 else lead + 1)
+    found = conn.execute(_BM25_ALL, params).fetchall()
+    return [Hit(chunk_id, float(score), rank) for rank, (chunk_id, score) in enumerate(found, 1)]
 
 
 LEXICAL = {"ts_rank_cd": text_search, "bm25": bm25_search}

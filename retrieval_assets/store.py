@@ -68,10 +68,12 @@ def _create_postings(conn: psycopg.Connection) -> None:
     ``chunk_terms`` holds one posting per (lexeme, chunk) with its term frequency and the chunk's
     length; lexemes come from the ``tsv`` column, so stemming and stop words match full-text
     search, and a chunk's length is its number of indexed tokens. ``chunk_lengths`` has one row
-    per chunk; statement triggers on it keep ``bm25_stats`` (N, total length) current. Postings
-    have one B-tree, (term, chunk_id): writers remove a chunk's old postings through the lexemes
-    of its old tsv before they change it, so chunks must be written through ``sync`` or
-    ``upsert``. A table that predates the postings is backfilled here.
+    per chunk; statement triggers on it keep ``bm25_stats`` (N, total length) current.
+    ``term_df`` holds each lexeme's document frequency, changed by the same statements that add
+    or remove postings. Postings have one B-tree, (term, chunk_id): writers remove a chunk's old
+    postings through the lexemes of its old tsv before they change it, so chunks must be written
+    through ``sync`` or ``upsert``. A table that predates the postings (or ``term_df``) is
+    backfilled here.
     """
     fresh = conn.execute("SELECT to_regclass(quote_ident(current_schema()) || '.chunk_lengths') IS NULL").fetchone()[0]
     conn.execute("CREATE TABLE IF NOT EXISTS bm25_stats (one bool PRIMARY KEY DEFAULT true CHECK (one), n bigint, total_len bigint)")
@@ -81,6 +83,11 @@ def _create_postings(conn: psycopg.Connection) -> None:
         """CREATE TABLE IF NOT EXISTS chunk_terms (
              term text, chunk_id text, tf int, len int, PRIMARY KEY (term, chunk_id))"""
     )
+    no_df = conn.execute("SELECT to_regclass(quote_ident(current_schema()) || '.term_df') IS NULL").fetchone()[0]
+    conn.execute("CREATE TABLE IF NOT EXISTS term_df (term text PRIMARY KEY, df int NOT NULL)")
+    if no_df and not fresh:
+        conn.execute("INSERT INTO term_df SELECT term, count(*) FROM chunk_terms GROUP BY term")
+        conn.execute("ANALYZE term_df")
     for op, rows, sign in (("INSERT", "NEW", "+"), ("DELETE", "OLD", "-")):
         conn.execute(
             sql.SQL(
@@ -100,39 +107,63 @@ def _create_postings(conn: psycopg.Connection) -> None:
                      fn=sql.Identifier(f"bm25_stats_{op.lower()}"))
         )
     if fresh:
+        conn.execute("DELETE FROM term_df")  # left from earlier postings: counted again below
         _add_terms(conn, None)
-        conn.execute("ANALYZE chunk_terms, chunk_lengths, bm25_stats")
+        conn.execute("ANALYZE chunk_terms, chunk_lengths, bm25_stats, term_df")
 
 
 def _add_terms(conn: psycopg.Connection, chunk_ids: list[str] | None) -> None:
-    """Write the length and postings of ``chunk_ids`` (every chunk when None), in key order."""
-    params = {"all": chunk_ids is None, "ids": chunk_ids or []}
+    """Write the length, postings and document frequencies of ``chunk_ids`` (every chunk when None).
+
+    Postings go in key order; ``term_df`` rows are upserted in term order (writers lock them alike).
+    """
+    if chunk_ids is not None and not chunk_ids:
+        return
+    # two statements, not "%(all)s OR chunk_id = ANY(...)": a prepared generic plan could not use the key
+    where = sql.SQL("") if chunk_ids is None else sql.SQL("WHERE c.chunk_id = ANY(%(ids)s)")
+    params = {"ids": chunk_ids or []}
     conn.execute(
-        """INSERT INTO chunk_lengths (chunk_id, len)
-           SELECT chunk_id, (SELECT coalesce(sum(cardinality(positions)), 0) FROM unnest(tsv))
-           FROM chunks WHERE %(all)s OR chunk_id = ANY(%(ids)s)""",
+        sql.SQL(
+            """INSERT INTO chunk_lengths (chunk_id, len)
+               SELECT c.chunk_id, (SELECT coalesce(sum(cardinality(positions)), 0) FROM unnest(c.tsv)) FROM chunks c {}"""
+        ).format(where),
         params,
     )
     conn.execute(
-        """INSERT INTO chunk_terms (term, chunk_id, tf, len)
-           SELECT l.lexeme, c.chunk_id, cardinality(l.positions), cl.len
-           FROM chunks c JOIN chunk_lengths cl USING (chunk_id), unnest(c.tsv) AS l
-           WHERE %(all)s OR c.chunk_id = ANY(%(ids)s)
-           ORDER BY 1, 2""",
+        sql.SQL(
+            """WITH added AS (
+                 INSERT INTO chunk_terms (term, chunk_id, tf, len)
+                 SELECT l.lexeme, c.chunk_id, cardinality(l.positions), cl.len
+                 FROM chunks c JOIN chunk_lengths cl USING (chunk_id), unnest(c.tsv) AS l {}
+                 ORDER BY 1, 2
+                 RETURNING term)
+               INSERT INTO term_df AS d (term, df)
+               SELECT term, count(*) FROM added GROUP BY term ORDER BY term
+               ON CONFLICT (term) DO UPDATE SET df = d.df + EXCLUDED.df"""
+        ).format(where),
         params,
     )
 
 
 def _drop_terms(conn: psycopg.Connection, chunk_ids: list[str]) -> None:
-    """Remove the length and postings of ``chunk_ids``, found through their current tsv (primary-key deletes)."""
+    """Remove the length, postings and document frequencies of ``chunk_ids``, found through their
+    current tsv (primary-key deletes); terms left in no chunk leave ``term_df``."""
     if not chunk_ids:
         return
-    conn.execute(
-        """DELETE FROM chunk_terms t
-           USING (SELECT c.chunk_id, l.lexeme FROM chunks c, unnest(c.tsv) AS l WHERE c.chunk_id = ANY(%(ids)s)) old
-           WHERE t.term = old.lexeme AND t.chunk_id = old.chunk_id""",
+    cursor = conn.execute(
+        """WITH removed AS (
+             DELETE FROM chunk_terms t
+             USING (SELECT c.chunk_id, l.lexeme FROM chunks c, unnest(c.tsv) AS l WHERE c.chunk_id = ANY(%(ids)s)) old
+             WHERE t.term = old.lexeme AND t.chunk_id = old.chunk_id
+             RETURNING t.term),
+           counted AS (SELECT term, count(*) AS n FROM removed GROUP BY term ORDER BY term)
+         UPDATE term_df d SET df = d.df - counted.n FROM counted WHERE d.term = counted.term
+         RETURNING d.term, d.df""",
         {"ids": chunk_ids},
     )
+    gone = [term for term, df in cursor if df == 0]
+    if gone:  # a second statement: a WITH query cannot delete rows its own UPDATE changed
+        conn.execute("DELETE FROM term_df WHERE term = ANY(%s) AND df = 0", (gone,))
     conn.execute("DELETE FROM chunk_lengths WHERE chunk_id = ANY(%s)", (chunk_ids,))
 
 
@@ -140,7 +171,7 @@ def drop(conn: psycopg.Connection) -> None:
     """Drop the chunk table and its BM25 statistics from the current schema."""
     with conn.transaction():
         schema = sql.Identifier(conn.execute("SELECT current_schema()").fetchone()[0])
-        conn.execute(sql.SQL("DROP TABLE IF EXISTS {s}.chunk_terms, {s}.chunk_lengths, {s}.bm25_stats, {s}.chunks").format(s=schema))
+        conn.execute(sql.SQL("DROP TABLE IF EXISTS {s}.term_df, {s}.chunk_terms, {s}.chunk_lengths, {s}.bm25_stats, {s}.chunks").format(s=schema))
 
 
 def count(conn: psycopg.Connection) -> int:
@@ -207,7 +238,7 @@ def _merge(conn: psycopg.Connection, *, delete_missing: bool = False) -> tuple[i
     _add_terms(conn, retexted + new)
     inserted = sum(1 for (flag,) in rows if flag)
     if rows or deleted:  # fresh planner statistics: plans (exact scan or HNSW, postings by index) stay stable
-        conn.execute("ANALYZE chunks, chunk_terms, chunk_lengths, bm25_stats")
+        conn.execute("ANALYZE chunks, chunk_terms, chunk_lengths, bm25_stats, term_df")
     return inserted, len(rows) - inserted, deleted
 
 

@@ -1,5 +1,7 @@
 """BM25 inside Postgres: scores equal bm25s on the same tokens, statistics stay exact through sync."""
 
+from collections import Counter
+
 import bm25s
 import numpy as np
 import pytest
@@ -21,16 +23,26 @@ def lexeme_tokens(conn):
     return [r[0] for r in rows], [[lex for lex, n in zip(r[1], r[2]) for _ in range(n)] for r in rows]
 
 
-def test_scores_equal_bm25s_on_the_same_tokens(indexed, golden):
-    conn, _, _ = indexed
+def peer_scorer(conn):
+    """bm25s over the chunks' own lexemes: (chunk ids, query -> (scores by chunk, negated part))."""
     ids, tokens = lexeme_tokens(conn)
     peer = bm25s.BM25(k1=1.2, b=0.75, method="lucene", dtype="float64")
     peer.index(tokens, show_progress=False)
+
+    def score(query):
+        positive, negative = hybrid.parse_query(conn, query)
+        terms = sorted({t.replace("''", "'") for t in hybrid._LEXEME.findall(positive or "")})
+        return (peer.get_scores(terms) if terms else np.zeros(len(ids))), negative
+
+    return ids, score
+
+
+def test_scores_equal_bm25s_on_the_same_tokens(indexed, golden):
+    conn, _, _ = indexed
+    ids, score = peer_scorer(conn)
     compared = 0
     for q in golden:
-        positive, negative = hybrid.parse_query(conn, q.query)
-        terms = sorted({t.replace("''", "'") for t in hybrid._LEXEME.findall(positive or "")})
-        expected = peer.get_scores(terms) if terms else np.zeros(len(ids))
+        expected, negative = score(q.query)
         hits = hybrid.bm25_search(conn, q.query, n=50)
         for h in hits:
             assert h.score == pytest.approx(float(expected[ids.index(h.chunk_id)]), abs=1e-6)
@@ -44,12 +56,51 @@ def test_scores_equal_bm25s_on_the_same_tokens(indexed, golden):
 def stats_from_scratch(conn):
     ids, tokens = lexeme_tokens(conn)
     postings = sorted((lex, cid, toks.count(lex), len(toks)) for cid, toks in zip(ids, tokens) for lex in set(toks))
-    return (len(ids), sum(len(t) for t in tokens)), postings
+    df = Counter(lex for toks in tokens for lex in set(toks))
+    return (len(ids), sum(len(t) for t in tokens)), postings, sorted(df.items())
 
 
 def stats_kept(conn):
     n, total = conn.execute("SELECT n, total_len FROM bm25_stats").fetchone()
-    return (n, total), sorted(conn.execute("SELECT term, chunk_id, tf, len FROM chunk_terms").fetchall())
+    return (
+        (n, total),
+        sorted(conn.execute("SELECT term, chunk_id, tf, len FROM chunk_terms").fetchall()),
+        sorted(conn.execute("SELECT term, df FROM term_df").fetchall()),
+    )
+
+
+class Recording:
+    """A connection that notes every statement it runs."""
+
+    def __init__(self, conn):
+        self.conn, self.statements = conn, []
+
+    def execute(self, query, params=None):
+        self.statements.append(query)
+        return self.conn.execute(query, params)
+
+
+@pytest.mark.parametrize("n", [1, 3, 10])
+def test_pruned_top_n_equals_bm25s(indexed, golden, n, monkeypatch):
+    """Small n lets max-score pruning stop early: the answer must still be the exact top n.
+
+    Lookups are made free so that the lead path runs even on this small corpus, where reading
+    every posting is cheaper and is what bm25_search would otherwise choose."""
+    conn, _, _ = indexed
+    monkeypatch.setattr(hybrid, "LOOKUP_COST", 0)
+    ids, score = peer_scorer(conn)
+    pruned = 0
+    for q in golden:
+        expected, negative = score(q.query)
+        if negative is not None:
+            continue
+        top = sorted((i for i in range(len(ids)) if expected[i] > 0), key=lambda i: (-expected[i], ids[i]))[:n]
+        recording = Recording(conn)
+        hits = hybrid.bm25_search(recording, q.query, n=n)
+        assert [h.chunk_id for h in hits] == [ids[i] for i in top], q.qid
+        assert [h.score for h in hits] == pytest.approx([float(expected[i]) for i in top], abs=1e-6)
+        pruned += hybrid._BM25_ALL not in recording.statements
+    assert pruned >= len(golden) // 2  # the lead alone settled most queries
 
 
 def make(doc, texts):
@@ -88,6 +139,9 @@ def test_backfill_of_a_table_that_predates_the_postings(scratch):
     store.Schema.create(conn, 256)
     store.sync(conn, make("a", ["alpha beta", "gamma delta gamma"]), HashEmbedder())
     conn.execute("DROP TABLE chunk_terms, chunk_lengths, bm25_stats")
+    store.Schema.create(conn, 256)
+    assert stats_kept(conn) == stats_from_scratch(conn)
+    conn.execute("DROP TABLE term_df")  # postings from before document frequencies were kept
     store.Schema.create(conn, 256)
     assert stats_kept(conn) == stats_from_scratch(conn)
     store.drop(conn)
