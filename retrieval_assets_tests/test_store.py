@@ -149,3 +149,54 @@ def test_duplicate_chunk_ids_with_different_content_are_rejected(table):
     with pytest.raises(ValueError, match="d#000"):
         store.sync(table, [a, b], HashEmbedder())
     assert store.count(table) == 0
+
+
+def indexdefs(conn):
+    return sorted(r[0] for r in conn.execute(
+        "SELECT indexdef FROM pg_indexes WHERE schemaname = current_schema() AND tablename = 'chunks'"))
+
+
+def test_bulk_load_into_an_empty_table_equals_the_row_by_row_sync(table, corpus_documents, monkeypatch):
+    from retrieval_assets import chunker
+    from retrieval_assets_tests.test_bm25 import stats_from_scratch, stats_kept
+
+    chunks = [c for d in corpus_documents for c in chunker.chunk(d)]
+    e = HashEmbedder()
+    contents = "SELECT chunk_id, doc_id, heading_path, start_char, end_char, text, embedding::text FROM chunks ORDER BY chunk_id"
+    definitions = indexdefs(table)
+    assert store.sync(table, chunks, e) == store.SyncReport(len(chunks), 0, 0, 0, len(chunks))
+    row_by_row = table.execute(contents).fetchall()
+    store.drop(table)
+    store.Schema.create(table, 256)
+
+    monkeypatch.setattr(store, "BULK_MIN", 1)
+    monkeypatch.setattr(store, "BULK_BATCH", 100)  # several batches, the last one short
+    assert store.sync(table, chunks, e) == store.SyncReport(len(chunks), 0, 0, 0, len(chunks))
+    assert table.execute(contents).fetchall() == row_by_row
+    assert stats_kept(table) == stats_from_scratch(table)
+    assert indexdefs(table) == definitions  # HNSW and GIN rebuilt as they were defined
+    # a table with rows goes the row-by-row way
+    assert store.sync(table, chunks[:-1], e) == store.SyncReport(0, 0, 1, len(chunks) - 1, 0)
+    assert stats_kept(table) == stats_from_scratch(table)
+
+
+def test_bulk_load_failing_half_way_leaves_the_empty_table_and_its_indexes(table, corpus_documents, monkeypatch):
+    from retrieval_assets import chunker
+
+    chunks = [c for d in corpus_documents for c in chunker.chunk(d)]
+    definitions = indexdefs(table)
+    monkeypatch.setattr(store, "BULK_MIN", 1)
+    monkeypatch.setattr(store, "BULK_BATCH", 100)
+
+    class Failing(HashEmbedder):
+        calls = 0
+
+        def embed(self, texts):
+            Failing.calls += 1
+            if Failing.calls == 3:
+                raise RuntimeError("embedder died on the third batch")
+            return super().embed(texts)
+
+    with pytest.raises(RuntimeError, match="third batch"):
+        store.sync(table, chunks, Failing())
+    assert store.count(table) == 0 and indexdefs(table) == definitions
