@@ -206,7 +206,9 @@ def drop(conn: psycopg.Connection) -> None:
 
 
 def count(conn: psycopg.Connection) -> int:
-    return conn.execute("SELECT count(*) FROM chunks").fetchone()[0]
+    """Rows of ``chunks`` in the current schema (never another schema's through the search_path)."""
+    schema = conn.execute("SELECT current_schema()").fetchone()[0]
+    return conn.execute(sql.SQL("SELECT count(*) FROM {}.chunks").format(sql.Identifier(schema))).fetchone()[0]
 
 
 def _check_dims(conn: psycopg.Connection, embedder: Embedder) -> None:

@@ -200,3 +200,26 @@ def test_bulk_load_failing_half_way_leaves_the_empty_table_and_its_indexes(table
     with pytest.raises(RuntimeError, match="third batch"):
         store.sync(table, chunks, Failing())
     assert store.count(table) == 0 and indexdefs(table) == definitions
+
+
+def test_a_schema_without_chunks_never_acts_on_public_chunks(pg_dsn, schema):
+    """The search_path is "<schema>, public": lookups must not fall through to public.chunks."""
+    import psycopg
+
+    with pg.connect(pg_dsn) as admin:
+        admin.execute("CREATE TABLE public.chunks (chunk_id text PRIMARY KEY, embedding vector(3))")
+        admin.execute("INSERT INTO public.chunks VALUES ('p', '[1,2,3]')")
+    try:
+        with pg.connect(pg_dsn, schema=schema + "_empty") as conn:
+            assert store.table_dims(conn) is None
+            with pytest.raises(psycopg.errors.UndefinedTable):
+                store.count(conn)
+            with pytest.raises(ValueError, match="does not exist in this schema"):
+                store.sync(conn, make_chunks("a", ["one"]), HashEmbedder())
+            store.drop(conn)
+            conn.execute(f'DROP SCHEMA "{schema}_empty" CASCADE')
+        with pg.connect(pg_dsn) as admin:
+            assert admin.execute("SELECT count(*) FROM public.chunks").fetchone()[0] == 1
+    finally:
+        with pg.connect(pg_dsn) as admin:
+            admin.execute("DROP TABLE IF EXISTS public.chunks")
