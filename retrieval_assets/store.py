@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
@@ -219,8 +219,8 @@ def _check_dims(conn: psycopg.Connection, embedder: Embedder) -> None:
         raise ValueError(f"embedder {embedder.name} has {embedder.dims} dimensions, table chunks has {dims}")
 
 
-def _stage(conn: psycopg.Connection, chunks: Sequence[Chunk], vectors: dict[str, np.ndarray], dims: int) -> None:
-    """COPY chunks into a transaction-local table ``incoming``; missing vectors stay NULL."""
+def _stage(conn: psycopg.Connection, chunks: Sequence[Chunk], vectors: Iterable[np.ndarray | None], dims: int) -> None:
+    """COPY chunks into a transaction-local table ``incoming``, ``vectors`` in chunk order (None: NULL)."""
     conn.execute("DROP TABLE IF EXISTS pg_temp.incoming")
     conn.execute(
         sql.SQL(
@@ -228,7 +228,7 @@ def _stage(conn: psycopg.Connection, chunks: Sequence[Chunk], vectors: dict[str,
                  start_char int, end_char int, text text, embedding vector({})) ON COMMIT DROP"""
         ).format(sql.Literal(int(dims)))
     )
-    _copy(conn, "incoming", chunks, [vectors.get(c.chunk_id) for c in chunks])
+    _copy(conn, "incoming", chunks, vectors)
 
 
 def _merge(conn: psycopg.Connection, *, delete_missing: bool = False) -> tuple[int, int, int]:
@@ -270,13 +270,14 @@ def _merge(conn: psycopg.Connection, *, delete_missing: bool = False) -> tuple[i
     return inserted, len(rows) - inserted, deleted
 
 
-def _embed(embedder: Embedder, chunks: Sequence[Chunk], batch: int) -> dict[str, np.ndarray]:
-    vectors: dict[str, np.ndarray] = {}
+def _vectors(embedder: Embedder, chunks: Sequence[Chunk], wanted: set[str] | None, batch: int) -> Iterator[np.ndarray | None]:
+    """Each chunk's vector in order, embedded ``batch`` chunks at a time as the COPY asks for them
+    (one batch of vectors is held); None for chunks not in ``wanted`` (every chunk when None)."""
     for i in range(0, len(chunks), batch):
-        part = chunks[i : i + batch]
-        for c, v in zip(part, embedder.embed([c.text for c in part])):
-            vectors[c.chunk_id] = v
-    return vectors
+        window = chunks[i : i + batch]
+        todo = [c for c in window if wanted is None or c.chunk_id in wanted]
+        got = dict(zip((c.chunk_id for c in todo), embedder.embed([c.text for c in todo]))) if todo else {}
+        yield from (got.get(c.chunk_id) for c in window)
 
 
 def _unique(chunks: Iterable[Chunk]) -> list[Chunk]:
@@ -292,9 +293,9 @@ def upsert(conn: psycopg.Connection, chunks: Iterable[Chunk], embedder: Embedder
     """Embed and write chunks (insert or replace by chunk_id); returns rows written."""
     _check_dims(conn, embedder)
     chunks = _unique(chunks)
-    vectors = _embed(embedder, chunks, batch)
     with conn.transaction():
-        _stage(conn, chunks, vectors, embedder.dims)
+        _lock(conn)
+        _stage(conn, chunks, _vectors(embedder, chunks, None, batch), embedder.dims)
         inserted, updated, _ = _merge(conn)
     return inserted + updated
 
@@ -377,9 +378,8 @@ def sync(conn: psycopg.Connection, chunks: Iterable[Chunk], embedder: Embedder, 
             return _bulk(conn, chunks, embedder)
         known = dict(conn.execute("SELECT chunk_id, text FROM chunks").fetchall())
         known_texts = set(known.values())
-        fresh = [c for c in chunks if c.text not in known_texts]
-        vectors = _embed(embedder, fresh, batch)
-        _stage(conn, chunks, vectors, embedder.dims)
+        fresh = {c.chunk_id for c in chunks if c.text not in known_texts}
+        _stage(conn, chunks, _vectors(embedder, chunks, fresh, batch), embedder.dims)
         inserted, updated, deleted = _merge(conn, delete_missing=True)
     return SyncReport(
         inserted=inserted,

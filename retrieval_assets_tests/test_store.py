@@ -15,9 +15,11 @@ class CountingEmbedder(HashEmbedder):
     def __init__(self, dims=256):
         super().__init__(dims)
         self.seen: list[str] = []
+        self.calls: list[int] = []
 
     def embed(self, texts):
         self.seen.extend(texts)
+        self.calls.append(len(texts))
         return super().embed(texts)
 
 
@@ -223,3 +225,16 @@ def test_a_schema_without_chunks_never_acts_on_public_chunks(pg_dsn, schema):
     finally:
         with pg.connect(pg_dsn) as admin:
             admin.execute("DROP TABLE IF EXISTS public.chunks")
+
+
+def test_sync_and_upsert_embed_in_batches_as_they_write(table):
+    """Never every embedding at once: the embedder sees at most ``batch`` texts per call."""
+    e = CountingEmbedder()
+    store.sync(table, make_chunks("a", [f"text number {i}" for i in range(150)]), e, batch=64)
+    assert e.calls == [64, 64, 22]
+    e.calls.clear()
+    edited = make_chunks("a", [f"text number {i}" + (" edited" if i % 50 == 0 else "") for i in range(150)])
+    assert store.sync(table, edited, e, batch=64).embedded == 3 and e.calls == [2, 1]  # 0 and 50, then 100
+    e.calls.clear()
+    store.upsert(table, make_chunks("b", [f"other {i}" for i in range(70)]), e, batch=64)
+    assert e.calls == [64, 6]
