@@ -25,7 +25,7 @@ from retrieval_assets.types import Chunk
 
 log = logging.getLogger(__name__)
 
-BULK_MIN = 20_000  # sync into an empty table loads in bulk from this many chunks (see _bulk)
+BULK_MIN = 5_000  # sync into an empty table loads in bulk from this many chunks (see _bulk; 10k row by row took 32.6 s)
 BULK_BATCH = 5_000  # chunks embedded and copied at a time by the bulk load
 BUILD_MEMORY = "512MB"  # maintenance_work_mem for the bulk load's index builds (pgvector: the graph should fit)
 
@@ -92,15 +92,21 @@ def _create_postings(conn: psycopg.Connection) -> None:
     # byte-order ("C") keys: lexemes and ids need equality, not a language's order, and sorting them
     # for the key is twice as fast. No foreign key, no chunk_id index: writes go through _add_terms
     # and _drop_terms.
-    conn.execute(
-        """CREATE TABLE IF NOT EXISTS chunk_terms (
-             term text COLLATE "C", chunk_id text COLLATE "C", tf int, len int,
-             CONSTRAINT chunk_terms_pkey PRIMARY KEY (term, chunk_id))"""
-    )
+    if conn.execute("SELECT to_regclass(quote_ident(current_schema()) || '.chunk_terms') IS NULL").fetchone()[0]:
+        conn.execute(
+            """CREATE TABLE chunk_terms (
+                 term text COLLATE "C", chunk_id text COLLATE "C", tf int, len int,
+                 CONSTRAINT chunk_terms_pkey PRIMARY KEY (term, chunk_id))"""
+        )
+        # queries filter on term only (chunk_id with it, through the key): ANALYZE needs no other
+        # column statistics, which halves its time on every sync
+        conn.execute("""ALTER TABLE chunk_terms ALTER COLUMN chunk_id SET STATISTICS 0,
+                        ALTER COLUMN tf SET STATISTICS 0, ALTER COLUMN len SET STATISTICS 0""")
     no_df = conn.execute("SELECT to_regclass(quote_ident(current_schema()) || '.term_df') IS NULL").fetchone()[0]
     conn.execute('CREATE TABLE IF NOT EXISTS term_df (term text COLLATE "C" PRIMARY KEY, df int NOT NULL)')
     if no_df and not fresh:
         _count_terms(conn)
+        conn.execute("ANALYZE term_df")
     for op, rows, sign in (("INSERT", "NEW", "+"), ("DELETE", "OLD", "-")):
         conn.execute(
             sql.SQL(
@@ -139,8 +145,16 @@ def _add_terms(conn: psycopg.Connection, chunk_ids: list[str]) -> None:
     """Write the length, postings and document frequencies of ``chunk_ids``.
 
     Postings go in key order; ``term_df`` rows are upserted in term order (writers lock them alike).
+    The first postings of a table are written without the key, which is then built once (on the
+    fixture corpus 3x faster than keyed inserts).
     """
     if not chunk_ids:
+        return
+    if conn.execute("SELECT NOT EXISTS (SELECT 1 FROM chunk_terms)").fetchone()[0]:
+        conn.execute("DELETE FROM term_df")
+        conn.execute("ALTER TABLE chunk_terms DROP CONSTRAINT chunk_terms_pkey")
+        _write_terms(conn, chunk_ids)
+        _index_terms(conn)
         return
     params = {"ids": chunk_ids}
     conn.execute(_LENGTHS + _BY_ID, params)
@@ -173,7 +187,6 @@ def _index_terms(conn: psycopg.Connection) -> None:
 
 def _count_terms(conn: psycopg.Connection) -> None:
     conn.execute("INSERT INTO term_df SELECT term, count(*) FROM chunk_terms GROUP BY term")
-    conn.execute("ANALYZE term_df")
 
 
 def _drop_terms(conn: psycopg.Connection, chunk_ids: list[str]) -> None:
