@@ -8,6 +8,7 @@ Sync overhead: the fixture corpus and Cranfield are synced into a fresh table, a
 the postings maintenance on and off (store._add_terms / store._drop_terms replaced by no-ops),
 median of the repeats. Query latency: every query once to warm up, then p50/p95 over all of
 them, warm connection, for bm25_search and for the seed's text_search (ts_rank_cd).
+Lookup cost: a posting read by range scan against a primary-key lookup (hybrid.LOOKUP_COST).
 """
 
 from __future__ import annotations
@@ -69,6 +70,28 @@ def latency(name: str, conn, queries: list[str]) -> None:
         print(f"{name}: {label} over {len(ms)} queries: p50 {ms[len(ms) // 2]:.1f} ms, p95 {ms[int(0.95 * len(ms))]:.1f} ms")
 
 
+def lookup_cost(name: str, conn) -> None:
+    """What hybrid.LOOKUP_COST stands for: a primary-key lookup of one (term, chunk) pair against
+    one posting read in a term's range scan, both inside one statement as bm25_search runs them."""
+    terms = [r[0] for r in conn.execute("SELECT term FROM term_df ORDER BY df DESC LIMIT 20")]
+    pairs = conn.execute("SELECT term, chunk_id FROM chunk_terms TABLESAMPLE SYSTEM (5) LIMIT 20000").fetchall()
+    scan, lookup = [], []
+    for _ in range(5):
+        start = time.perf_counter()
+        read = conn.execute("SELECT count(*) FROM chunk_terms WHERE term = ANY(%s) AND tf > 0", (terms,)).fetchone()[0]
+        scan.append((time.perf_counter() - start) / read)
+        start = time.perf_counter()
+        conn.execute(
+            """SELECT count(*) FROM unnest(%s::text[], %s::text[]) AS p(term, chunk_id)
+               CROSS JOIN LATERAL (SELECT tf FROM chunk_terms t WHERE t.term = p.term AND t.chunk_id = p.chunk_id) x""",
+            ([t for t, _ in pairs], [c for _, c in pairs]),
+        ).fetchone()
+        lookup.append((time.perf_counter() - start) / len(pairs))
+    s, lk = statistics.median(scan), statistics.median(lookup)
+    print(f"{name}: posting read in a range scan {1e6 * s:.2f} us, key lookup {1e6 * lk:.2f} us: one lookup = {lk / s:.1f} postings "
+          f"(hybrid.LOOKUP_COST is {hybrid.LOOKUP_COST})")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--repeats", type=int, default=5)
@@ -82,6 +105,7 @@ def main() -> None:
         overhead("fixture corpus", conn, fixture, args.repeats)
         store.sync(conn, fixture, HashEmbedder())
         latency("fixture corpus", conn, golden)
+        lookup_cost("fixture corpus", conn)
 
     try:
         cranfield = datasets.load_cranfield()
@@ -109,6 +133,7 @@ def main() -> None:
             if len(words) >= 4:
                 queries.append(" ".join(rng.sample(words, rng.randint(2, 4))))
         latency(f"scale ({n} chunks)", conn, queries[:200])
+        lookup_cost(f"scale ({n} chunks)", conn)
 
 
 if __name__ == "__main__":
