@@ -139,6 +139,7 @@ _LENGTHS = """INSERT INTO chunk_lengths (chunk_id, len)
 _POSTINGS = """SELECT l.lexeme, c.chunk_id, cardinality(l.positions), cl.len
                FROM chunks c JOIN chunk_lengths cl USING (chunk_id), unnest(c.tsv) AS l"""
 _BY_ID = " WHERE c.chunk_id = ANY(%(ids)s)"
+_KEY_ORDER = ' ORDER BY l.lexeme COLLATE "C", c.chunk_id COLLATE "C"'
 
 
 def _add_terms(conn: psycopg.Connection, chunk_ids: list[str]) -> None:
@@ -161,8 +162,7 @@ def _add_terms(conn: psycopg.Connection, chunk_ids: list[str]) -> None:
     conn.execute(
         f"""WITH added AS (
               INSERT INTO chunk_terms (term, chunk_id, tf, len)
-              {_POSTINGS}{_BY_ID}
-              ORDER BY l.lexeme COLLATE "C", c.chunk_id COLLATE "C"
+              {_POSTINGS}{_BY_ID}{_KEY_ORDER}
               RETURNING term)
             INSERT INTO term_df AS d (term, df)
             SELECT term, count(*) FROM added GROUP BY term ORDER BY term
@@ -173,10 +173,12 @@ def _add_terms(conn: psycopg.Connection, chunk_ids: list[str]) -> None:
 
 def _write_terms(conn: psycopg.Connection, chunk_ids: list[str] | None) -> None:
     """Bulk step: lengths and postings of ``chunk_ids`` (every chunk when None) while
-    ``chunk_terms`` has no key; ``_index_terms`` finishes."""
+    ``chunk_terms`` has no key; ``_index_terms`` finishes. Each call's postings are stored in
+    term order, so a term's postings lie in one run per call, not on a page per chunk (at 100k
+    chunks, reading the postings of frequent terms in chunk order made BM25 p50 2.8x slower)."""
     where, params = ("", {}) if chunk_ids is None else (_BY_ID, {"ids": chunk_ids})
     conn.execute(_LENGTHS + where, params)
-    conn.execute(f"INSERT INTO chunk_terms (term, chunk_id, tf, len) {_POSTINGS}{where}", params)
+    conn.execute(f"INSERT INTO chunk_terms (term, chunk_id, tf, len) {_POSTINGS}{where}{_KEY_ORDER}", params)
 
 
 def _index_terms(conn: psycopg.Connection) -> None:
