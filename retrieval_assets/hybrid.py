@@ -128,7 +128,9 @@ _BM25_LEAD = f"""
     ORDER BY s.score DESC, cand.chunk_id
     LIMIT %(n)s"""
 
-LOOKUP_COST = 4  # a primary-key lookup costs about this many postings read in a term scan (measured, benchmarks/README.md)
+# A primary-key lookup costs as much as reading this many postings in a term's scan: bench_bm25.py
+# measured 12.6 (fixture) and 46 (100k chunks); at 100k, 12 and 25 gave the same BM25 p50, 4 and 50 a slower one.
+LOOKUP_COST = 12
 
 
 def bm25_search(conn: psycopg.Connection, query: str, n: int = 50, *, k1: float = 1.2, b: float = 0.75) -> list[Hit]:
