@@ -170,8 +170,9 @@ def bm25_search(conn: psycopg.Connection, query: str, n: int = 50, *, k1: float 
         found = conn.execute(_BM25_LEAD, {**params, "lead": terms[:lead]}).fetchall()
         if len(found) == n and found[-1][1] >= bound_rest[lead - 1]:
             return [Hit(chunk_id, float(score), rank) for rank, (chunk_id, score) in enumerate(found, 1)]
-        threshold = found[-1][1] if len(found) == n else 0.0  # the n-th score only grows with the lead
-        lead = max(lead + 1, int(np.argmax(bound_rest <= threshold)) + 1 if threshold > 0 else lead + 1)
+        # the n-th score only grows with the lead: skip to the first lead whose bound it reaches
+        reached = int(np.argmax(bound_rest <= found[-1][1])) + 1 if len(found) == n else 0
+        lead = max(lead + 1, reached)
     found = conn.execute(_BM25_ALL, params).fetchall()
     return [Hit(chunk_id, float(score), rank) for rank, (chunk_id, score) in enumerate(found, 1)]
 

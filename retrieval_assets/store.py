@@ -126,9 +126,8 @@ def _create_postings(conn: psycopg.Connection) -> None:
                      fn=sql.Identifier(f"bm25_stats_{op.lower()}"))
         )
     if fresh:  # postings of every chunk, written unindexed and then indexed (the bulk way)
-        conn.execute("DELETE FROM term_df")
         conn.execute("DELETE FROM chunk_terms")
-        conn.execute("ALTER TABLE chunk_terms DROP CONSTRAINT chunk_terms_pkey")
+        _unkey_terms(conn)
         _write_terms(conn, None)
         _index_terms(conn)
         conn.execute("ANALYZE chunk_terms, chunk_lengths, bm25_stats, term_df")
@@ -152,8 +151,7 @@ def _add_terms(conn: psycopg.Connection, chunk_ids: list[str]) -> None:
     if not chunk_ids:
         return
     if conn.execute("SELECT NOT EXISTS (SELECT 1 FROM chunk_terms)").fetchone()[0]:
-        conn.execute("DELETE FROM term_df")
-        conn.execute("ALTER TABLE chunk_terms DROP CONSTRAINT chunk_terms_pkey")
+        _unkey_terms(conn)
         _write_terms(conn, chunk_ids)
         _index_terms(conn)
         return
@@ -169,6 +167,12 @@ def _add_terms(conn: psycopg.Connection, chunk_ids: list[str]) -> None:
             ON CONFLICT (term) DO UPDATE SET df = d.df + EXCLUDED.df""",
         params,
     )
+
+
+def _unkey_terms(conn: psycopg.Connection) -> None:
+    """Bulk step, on empty postings: drop their key (and any stale document frequencies)."""
+    conn.execute("DELETE FROM term_df")
+    conn.execute("ALTER TABLE chunk_terms DROP CONSTRAINT chunk_terms_pkey")
 
 
 def _write_terms(conn: psycopg.Connection, chunk_ids: list[str] | None) -> None:
@@ -347,7 +351,7 @@ def _bulk(conn: psycopg.Connection, chunks: Sequence[Chunk], embedder: Embedder)
     ).fetchall()
     for name, _ in defs:
         conn.execute(sql.SQL("DROP INDEX {}").format(sql.Identifier(name)))
-    conn.execute("ALTER TABLE chunk_terms DROP CONSTRAINT chunk_terms_pkey")
+    _unkey_terms(conn)
     parts = [chunks[i : i + BULK_BATCH] for i in range(0, len(chunks), BULK_BATCH)]
     with ThreadPoolExecutor(1, thread_name_prefix="embed") as pool:
         pending = pool.submit(embedder.embed, [c.text for c in parts[0]])
