@@ -24,13 +24,19 @@ def _clean(query: str) -> str:
     return query.replace("\x00", " ")
 
 
-def vector_search(conn: psycopg.Connection, embedder: Embedder, query: str, n: int = 50) -> list[Hit]:
-    """Top ``n`` chunks by cosine distance, scored ``1 - distance``."""
+def vector_search(conn: psycopg.Connection, embedder: Embedder, query: str, n: int = 50, *, ef_search: int | None = None) -> list[Hit]:
+    """Top ``n`` chunks by cosine distance, scored ``1 - distance``.
+
+    The HNSW candidate list is ``ef_search`` (default ``n``; at least pgvector's default 40, at
+    most 1000): raise it above ``n`` to trade latency for recall (benchmarks/results/scale.md).
+    """
+    if ef_search is not None and ef_search < 1:
+        raise ValueError(f"ef_search must be at least 1, got {ef_search}")
     vector = embedder.embed([query])[0]
     if n < 1 or not np.any(vector):
         return []
     with conn.transaction():
-        conn.execute("SELECT set_config('hnsw.ef_search', %s, true)", (str(min(max(n, 40), EF_SEARCH_MAX)),))
+        conn.execute("SELECT set_config('hnsw.ef_search', %s, true)", (str(min(max(ef_search or n, 40), EF_SEARCH_MAX)),))
         if n > EF_SEARCH_MAX:  # pgvector 0.8: keep scanning the graph until n rows pass
             conn.execute("SELECT set_config('hnsw.iterative_scan', 'strict_order', true)")
             conn.execute("SELECT set_config('hnsw.max_scan_tuples', %s, true)", (str(max(20_000, 4 * n)),))
@@ -212,7 +218,8 @@ def search(
     *,
     lexical: str = "ts_rank_cd",
     weights: tuple[float, float] | None = None,
+    ef_search: int | None = None,
 ) -> list[Ranked]:
     """Fuse the vector and lexical top ``n`` (optionally weighted) and return the first ``top_k``."""
-    lists = [vector_search(conn, embedder, query, n), lexical_search(conn, query, n, lexical)]
+    lists = [vector_search(conn, embedder, query, n, ef_search=ef_search), lexical_search(conn, query, n, lexical)]
     return rrf(lists, weights=weights)[:top_k]

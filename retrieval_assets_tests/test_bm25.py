@@ -10,7 +10,7 @@ from retrieval_assets import hybrid, pg, store
 from retrieval_assets.embed import HashEmbedder
 from retrieval_assets.rerank import CorpusStats, LexicalReranker
 from retrieval_assets.types import Chunk
-from retrieval_assets_tests.test_hybrid import HOSTILE
+from retrieval_assets_tests.test_hybrid import HOSTILE, Spy
 
 
 def lexeme_tokens(conn):
@@ -69,17 +69,6 @@ def stats_kept(conn):
     )
 
 
-class Recording:
-    """A connection that notes every statement it runs."""
-
-    def __init__(self, conn):
-        self.conn, self.statements = conn, []
-
-    def execute(self, query, params=None):
-        self.statements.append(query)
-        return self.conn.execute(query, params)
-
-
 @pytest.mark.parametrize("n", [1, 3, 10])
 def test_pruned_top_n_equals_bm25s(indexed, golden, n, monkeypatch):
     """Small n lets max-score pruning stop early: the answer must still be the exact top n.
@@ -95,11 +84,11 @@ def test_pruned_top_n_equals_bm25s(indexed, golden, n, monkeypatch):
         if negative is not None:
             continue
         top = sorted((i for i in range(len(ids)) if expected[i] > 0), key=lambda i: (-expected[i], ids[i]))[:n]
-        recording = Recording(conn)
-        hits = hybrid.bm25_search(recording, q.query, n=n)
+        spy = Spy(conn)
+        hits = hybrid.bm25_search(spy, q.query, n=n)
         assert [h.chunk_id for h in hits] == [ids[i] for i in top], q.qid
         assert [h.score for h in hits] == pytest.approx([float(expected[i]) for i in top], abs=1e-6)
-        pruned += hybrid._BM25_ALL not in recording.statements
+        pruned += all(query != hybrid._BM25_ALL for query, _ in spy.calls)
     assert pruned >= len(golden) // 2  # the lead alone settled most queries
 
 

@@ -42,6 +42,31 @@ def test_vector_search_raises_ef_search_to_n(indexed):
     assert conn.execute("SHOW hnsw.ef_search").fetchone()[0] == "40"
 
 
+class Spy:
+    """A connection that notes every statement and its parameters."""
+
+    def __init__(self, conn):
+        self.conn, self.calls = conn, []
+
+    def execute(self, query, params=None):
+        self.calls.append((query, params))
+        return self.conn.execute(query, params)
+
+    def transaction(self):
+        return self.conn.transaction()
+
+
+@pytest.mark.parametrize(("n", "ef_search", "applied"), [(10, None, "40"), (60, None, "60"), (10, 400, "400"), (10, 5000, "1000")])
+def test_ef_search_can_be_raised_above_n(indexed, n, ef_search, applied):
+    conn, embedder, _ = indexed
+    spy = Spy(conn)
+    hits = hybrid.vector_search(spy, embedder, "postgres index", n=n, ef_search=ef_search)
+    assert len(hits) == n
+    assert [p for q, p in spy.calls if "hnsw.ef_search" in q] == [(applied,)]
+    with pytest.raises(ValueError, match="ef_search must be at least 1, got 0"):
+        hybrid.search(conn, embedder, "postgres index", ef_search=0)
+
+
 def test_text_search_ranks_by_ts_rank_cd_with_chunk_id_ties(indexed):
     conn, _, _ = indexed
     hits = hybrid.text_search(conn, "BM25 saturation", n=50)
