@@ -52,6 +52,25 @@ def code_version() -> str:
     return f"{head}" + (f" + uncommitted changes in {', '.join(changed)}" if changed else " (clean)")
 
 
+def fixture():
+    """The fixture corpus: (documents, their chunks, the golden queries checked against them)."""
+    from retrieval_assets import chunker, metrics
+
+    documents = chunker.load_documents(CORPUS)
+    chunks = [c for d in documents for c in chunker.chunk(d)]
+    return documents, chunks, metrics.load_golden(CORPUS / "golden.yaml", documents)
+
+
+def drop_schema(dsn: str | None, schema: str) -> None:
+    """Drop a benchmark's schema and everything in it."""
+    from psycopg import sql
+
+    from retrieval_assets import pg
+
+    with pg.connect(dsn) as admin:
+        admin.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(schema)))
+
+
 def drop_chunks(conn) -> None:
     """Drop the chunk table (and whatever store keeps beside it) in the connection's schema."""
     from retrieval_assets import store
@@ -62,12 +81,16 @@ def drop_chunks(conn) -> None:
         conn.execute("DROP TABLE IF EXISTS chunks")
 
 
-def load_average() -> str:
+def load_numbers() -> str:
     """1/5/15-minute load averages: other work on the machine skews every figure printed."""
     try:
-        return "loadavg " + " ".join(Path("/proc/loadavg").read_text().split()[:3])
+        return " ".join(Path("/proc/loadavg").read_text().split()[:3])
     except OSError:
         return "unknown"
+
+
+def load_average() -> str:
+    return "loadavg " + load_numbers()
 
 
 def postgres_versions(conn) -> dict[str, str]:

@@ -19,9 +19,9 @@ import statistics
 import time
 from contextlib import contextmanager
 
-from _common import CORPUS, print_machine
+from _common import fixture, print_machine
 
-from retrieval_assets import chunker, datasets, hybrid, metrics, pg, store
+from retrieval_assets import datasets, hybrid, pg, store
 from retrieval_assets.embed import HashEmbedder
 
 
@@ -99,12 +99,11 @@ def main() -> None:
     args = parser.parse_args()
     print_machine()
 
-    fixture = [c for d in chunker.load_documents(CORPUS) for c in chunker.chunk(d)]
-    golden = [q.query for q in metrics.load_golden(CORPUS / "golden.yaml")]
+    _, chunks, golden = fixture()
     with pg.connect(schema="bench_bm25") as conn:
-        overhead("fixture corpus", conn, fixture, args.repeats)
-        store.sync(conn, fixture, HashEmbedder())
-        latency("fixture corpus", conn, golden)
+        overhead("fixture corpus", conn, chunks, args.repeats)
+        store.sync(conn, chunks, HashEmbedder())
+        latency("fixture corpus", conn, [q.query for q in golden])
         lookup_cost("fixture corpus", conn)
 
     try:

@@ -18,9 +18,9 @@ import gc
 import statistics
 import time
 
-from _common import CORPUS, pct, postgres_versions, print_load_end, print_machine, summary_ms, verdict
+from _common import fixture, pct, postgres_versions, print_load_end, print_machine, summary_ms, verdict
 
-from retrieval_assets import chunker, hybrid, metrics, pg, rerank, store
+from retrieval_assets import hybrid, metrics, pg, rerank, store
 from retrieval_assets.embed import HashEmbedder
 
 DIMS = 256
@@ -50,9 +50,7 @@ def main() -> None:
     parser.add_argument("--dsn", default=None)
     args = parser.parse_args()
 
-    documents = chunker.load_documents(CORPUS)
-    chunks = [c for d in documents for c in chunker.chunk(d)]
-    golden = metrics.load_golden(CORPUS / "golden.yaml", documents)
+    documents, chunks, golden = fixture()
     queries = [q.query for q in golden]
     conn = pg.connect(args.dsn, schema=args.schema)
     print_machine({**postgres_versions(conn), "server": pg.mask_dsn(pg.resolve_dsn(args.dsn)), "schema": args.schema})

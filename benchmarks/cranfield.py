@@ -27,28 +27,16 @@ import time
 from pathlib import Path
 
 import numpy as np
-from psycopg import sql
 
 from retrieval_assets import datasets, pg
 from retrieval_assets.embed import get_embedder, schema_for
 
-from _common import cpu_model  # noqa: E402
+from _common import code_version, cpu_model, drop_schema  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_DATA = datasets.DEFAULT_CRANFIELD  # $CRANFIELD_DIR, else ../shared/benchmarks/cranfield
 DEFAULT_OUT = ROOT / "benchmarks" / "results" / "cranfield.md"
 TOLERANCE = 1e-9
-
-
-def revision() -> str:
-    import subprocess
-
-    try:
-        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", "--", "retrieval_assets"], capture_output=True, text=True, cwd=ROOT).stdout
-    except OSError:
-        return "unknown"
-    return head + (" + uncommitted changes in retrieval_assets/" if dirty.strip() else "")
 
 
 def machine() -> str:
@@ -135,8 +123,7 @@ def main(argv: list[str] | None = None) -> int:
         embedder = get_embedder(key)
         schema = args.schema_prefix + schema_for(key)
         if args.fresh:
-            with pg.connect(args.dsn) as admin:
-                admin.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(schema)))
+            drop_schema(args.dsn, schema)
         with pg.connect(args.dsn, schema=schema) as conn:
             start = time.perf_counter()
             chunks, report = datasets.index_benchmark(conn, bench, embedder)
@@ -172,7 +159,7 @@ def main(argv: list[str] | None = None) -> int:
         "# Cranfield 1400: our pipelines against a BM25 peer",
         "",
         f"Measured {dt.datetime.now(dt.timezone.utc):%Y-%m-%d %H:%M} UTC on {machine()}; "
-        f"total run {time.perf_counter() - started:.0f} s; code {revision()}.",
+        f"total run {time.perf_counter() - started:.0f} s; code {code_version()}.",
         f"Reproduce: `{command}` (data read in place from `../shared/benchmarks/cranfield`; `--data` for another folder).",
         "",
         f"{len(bench.documents)} documents (title + abstract), {len(judged)} queries, "

@@ -20,7 +20,6 @@ for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "NUME
 import argparse
 import cProfile
 import gc
-import itertools
 import pstats
 import time
 

@@ -26,7 +26,7 @@ import statistics
 import time
 from collections import defaultdict
 
-from _common import CORPUS, drop_chunks, postgres_versions, print_load_end, print_machine
+from _common import CORPUS, drop_chunks, drop_schema, postgres_versions, print_load_end, print_machine
 
 from retrieval_assets import chunker, pg, store
 from retrieval_assets.embed import HashEmbedder
@@ -164,8 +164,7 @@ def main() -> None:
     print(f"  then CREATE INDEX ... USING hnsw:        {fmt(build)}")
     print(f"  sync then build (sum):                   {fmt([a + b for a, b in zip(without, build)])}")
     conn.close()
-    with pg.connect(args.dsn) as admin:
-        admin.execute(f"DROP SCHEMA IF EXISTS {SCHEMA} CASCADE")
+    drop_schema(args.dsn, SCHEMA)
 
 
 if __name__ == "__main__":

@@ -25,9 +25,9 @@ from collections import Counter
 from functools import lru_cache
 
 import numpy as np
-from _common import CORPUS, drop_chunks, pct, postgres_versions, print_load_end, print_machine
+from _common import drop_chunks, drop_schema, fixture, pct, postgres_versions, print_load_end, print_machine
 
-from retrieval_assets import chunker, hybrid, metrics, pg, rerank, store
+from retrieval_assets import hybrid, pg, rerank, store
 from retrieval_assets.embed import HashEmbedder
 from retrieval_assets.types import Chunk
 
@@ -124,9 +124,7 @@ def main() -> None:
     parser.add_argument("--dsn", default=None)
     args = parser.parse_args()
 
-    documents = chunker.load_documents(CORPUS)
-    chunks = [c for d in documents for c in chunker.chunk(d)]
-    golden = metrics.load_golden(CORPUS / "golden.yaml", documents)
+    documents, chunks, golden = fixture()
     queries = [q.query for q in golden]
     conn = pg.connect(args.dsn, schema=SCHEMA)
     print_machine(postgres_versions(conn))
@@ -258,8 +256,7 @@ def main() -> None:
                 walls.append(time.perf_counter() - start)
             print(f"  {'  48 pipelines back to back (first run cold)':<44} runs: {', '.join(f'{w:.3f} s' for w in walls)}")
     conn.close()
-    with pg.connect(args.dsn) as admin:
-        admin.execute(f"DROP SCHEMA IF EXISTS {SCHEMA} CASCADE")
+    drop_schema(args.dsn, SCHEMA)
 
 
 if __name__ == "__main__":

@@ -45,7 +45,8 @@ import sys
 import time
 from pathlib import Path
 
-from _common import cpu_model  # noqa: E402
+from _common import code_version, cpu_model, drop_schema, pct  # noqa: E402
+from _common import load_numbers as loadavg  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
@@ -70,14 +71,6 @@ def machine() -> dict:
     }
 
 
-def pct(values: list[float], p: float) -> float:
-    data = sorted(values)
-    pos = (len(data) - 1) * p / 100
-    lo = int(pos)
-    hi = min(lo + 1, len(data) - 1)
-    return data[lo] + (data[hi] - data[lo]) * (pos - lo)
-
-
 class TimedEmbedder:
     """Wraps an embedder and adds up the seconds spent in ``embed``."""
 
@@ -90,22 +83,6 @@ class TimedEmbedder:
             return self.inner.embed(texts)
         finally:
             self.seconds += time.perf_counter() - start
-
-
-def git_revision() -> str:
-    try:
-        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", "--", "retrieval_assets"], capture_output=True, text=True, cwd=ROOT).stdout
-    except OSError:
-        return "unknown"
-    return head + (" + uncommitted changes in retrieval_assets/" if dirty.strip() else "")
-
-
-def loadavg() -> str:
-    try:
-        return " ".join(Path("/proc/loadavg").read_text().split()[:3])
-    except OSError:
-        return "?"
 
 
 class PhaseLog(logging.Handler):
@@ -121,7 +98,6 @@ class PhaseLog(logging.Handler):
 
 def run_size(size: int, *, queries: int, keep: bool, dsn: str | None, seed: int, topics: int) -> dict:
     """One size, in this process: returns the measurements as a dict."""
-    from psycopg import sql
     from synthetic import Corpus
 
     from retrieval_assets import hybrid, pg, store
@@ -129,8 +105,7 @@ def run_size(size: int, *, queries: int, keep: bool, dsn: str | None, seed: int,
 
     schema = f"bench_scale_{size}"
     out: dict = {"chunks": size, "schema": schema, "topics": topics, "load_before": loadavg()}
-    with pg.connect(dsn) as admin:
-        admin.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(schema)))
+    drop_schema(dsn, schema)
     corpus = Corpus(seed, topics=topics)
     embedder = HashEmbedder(256)
     timed = TimedEmbedder(embedder)
@@ -245,8 +220,7 @@ def run_size(size: int, *, queries: int, keep: bool, dsn: str | None, seed: int,
         out["recall_passages"] = recall(passages, [HEADLINE_N])[HEADLINE_N]
 
     if not keep:
-        with pg.connect(dsn) as admin:
-            admin.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(schema)))
+        drop_schema(dsn, schema)
     out["peak_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux: KiB
     out["load_after"] = loadavg()
     return out
@@ -410,7 +384,7 @@ def main(argv: list[str] | None = None) -> int:
         data = json.loads(Path(args.json).read_text())
         results, info = [_normalise(r) for r in data["results"]], data["machine"]
     else:
-        info = {**machine(), "revision": git_revision()}
+        info = {**machine(), "revision": code_version()}
         results = []
         for size in sorted(args.sizes):
             print(f"size {size:,}: running ({loadavg()})", file=sys.stderr, flush=True)
