@@ -112,9 +112,11 @@ _LEXEME = re.compile(r"'((?:[^']|'')*)'")
 _BM25_TERM = "q.idf * t.tf / (t.tf + %(k1)s * (1 - %(b)s + %(b)s * t.len / %(avgdl)s))"
 _NOT_NEGATED = "(%(neg)s::tsquery IS NULL OR NOT EXISTS (SELECT 1 FROM chunks c WHERE c.chunk_id = {id} AND c.tsv @@ %(neg)s::tsquery))"
 
+_QUERY_TERMS = "q AS (SELECT * FROM unnest(%(terms)s::text[], %(idfs)s::float8[]) AS q(term, idf))"
+
 # every posting of every query term, summed per chunk
 _BM25_ALL = f"""
-    WITH q AS (SELECT * FROM unnest(%(terms)s::text[], %(idfs)s::float8[]) AS q(term, idf))
+    WITH {_QUERY_TERMS}
     SELECT t.chunk_id, sum({_BM25_TERM}) AS score
     FROM chunk_terms t JOIN q USING (term)
     WHERE {_NOT_NEGATED.format(id="t.chunk_id")}
@@ -124,7 +126,7 @@ _BM25_ALL = f"""
 
 # the chunks holding a lead term, each scored over every query term by primary-key lookups
 _BM25_LEAD = f"""
-    WITH q AS (SELECT * FROM unnest(%(terms)s::text[], %(idfs)s::float8[]) AS q(term, idf)),
+    WITH {_QUERY_TERMS},
          cand AS MATERIALIZED (SELECT DISTINCT chunk_id FROM chunk_terms WHERE term = ANY(%(lead)s))
     SELECT cand.chunk_id, s.score
     FROM cand CROSS JOIN LATERAL (

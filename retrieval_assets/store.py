@@ -72,6 +72,11 @@ class Schema:
             _create_postings(conn)
 
 
+def _missing(conn: psycopg.Connection, table: str) -> bool:
+    """True when the current schema has no table ``table``."""
+    return conn.execute("SELECT to_regclass(quote_ident(current_schema()) || '.' || quote_ident(%s)) IS NULL", (table,)).fetchone()[0]
+
+
 def _create_postings(conn: psycopg.Connection) -> None:
     """BM25 statistics beside ``chunks``, kept exact in the writer's transaction.
 
@@ -85,14 +90,14 @@ def _create_postings(conn: psycopg.Connection) -> None:
     through ``sync`` or ``upsert``. A table that predates the postings (or ``term_df``) is
     backfilled here.
     """
-    fresh = conn.execute("SELECT to_regclass(quote_ident(current_schema()) || '.chunk_lengths') IS NULL").fetchone()[0]
+    fresh = _missing(conn, "chunk_lengths")
     conn.execute("CREATE TABLE IF NOT EXISTS bm25_stats (one bool PRIMARY KEY DEFAULT true CHECK (one), n bigint, total_len bigint)")
     conn.execute("INSERT INTO bm25_stats VALUES (true, 0, 0) ON CONFLICT DO NOTHING")
     conn.execute("CREATE TABLE IF NOT EXISTS chunk_lengths (chunk_id text PRIMARY KEY REFERENCES chunks ON DELETE CASCADE, len int)")
     # byte-order ("C") keys: lexemes and ids need equality, not a language's order, and sorting them
     # for the key is twice as fast. No foreign key, no chunk_id index: writes go through _add_terms
     # and _drop_terms.
-    if conn.execute("SELECT to_regclass(quote_ident(current_schema()) || '.chunk_terms') IS NULL").fetchone()[0]:
+    if _missing(conn, "chunk_terms"):
         conn.execute(
             """CREATE TABLE chunk_terms (
                  term text COLLATE "C", chunk_id text COLLATE "C", tf int, len int,
@@ -102,7 +107,7 @@ def _create_postings(conn: psycopg.Connection) -> None:
         # column statistics, which halves its time on every sync
         conn.execute("""ALTER TABLE chunk_terms ALTER COLUMN chunk_id SET STATISTICS 0,
                         ALTER COLUMN tf SET STATISTICS 0, ALTER COLUMN len SET STATISTICS 0""")
-    no_df = conn.execute("SELECT to_regclass(quote_ident(current_schema()) || '.term_df') IS NULL").fetchone()[0]
+    no_df = _missing(conn, "term_df")
     conn.execute('CREATE TABLE IF NOT EXISTS term_df (term text COLLATE "C" PRIMARY KEY, df int NOT NULL)')
     if no_df and not fresh:
         _count_terms(conn)
@@ -393,10 +398,9 @@ def sync(conn: psycopg.Connection, chunks: Iterable[Chunk], embedder: Embedder, 
     chunks = _unique(chunks)
     with conn.transaction():
         _lock(conn)
-        if len(chunks) >= max(BULK_MIN, 1) and conn.execute("SELECT NOT EXISTS (SELECT 1 FROM chunks)").fetchone()[0]:
+        known_texts = {text for (text,) in conn.execute("SELECT text FROM chunks")}
+        if not known_texts and len(chunks) >= max(BULK_MIN, 1):
             return _bulk(conn, chunks, embedder)
-        known = dict(conn.execute("SELECT chunk_id, text FROM chunks").fetchall())
-        known_texts = set(known.values())
         fresh = {c.chunk_id for c in chunks if c.text not in known_texts}
         _stage(conn, chunks, _vectors(embedder, chunks, fresh, batch), embedder.dims)
         inserted, updated, deleted = _merge(conn, delete_missing=True)
