@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 from psycopg import sql
-from psycopg.conninfo import conninfo_to_dict, make_conninfo
+from psycopg.conninfo import conninfo_to_dict
 
 from retrieval_assets import pg
 
