@@ -11,6 +11,9 @@ Candidates:
   fetch     rerank.fetch with binary results (conn.cursor(binary=True)): pgvector's binary loader
             is np.frombuffer, its text loader parses 256 floats per row in Python
   bm25      LexicalReranker with the word Counter of a text cached (functools.lru_cache on text)
+The fetch and bm25 candidates were adopted (rerank.fetch reads binary, rerank caches word
+counts); their before/after figures are in RESULTS.md, and this script now measures the library
+as it is beside the storage candidate, which was not adopted.
 """
 
 from __future__ import annotations
@@ -19,54 +22,19 @@ import argparse
 import cProfile
 import gc
 import pstats
-import re
 import time
-from collections import Counter
-from functools import lru_cache
 
-import numpy as np
 from _common import drop_chunks, drop_schema, fixture, pct, postgres_versions, print_load_end, print_machine
 
 from retrieval_assets import hybrid, pg, rerank, store
 from retrieval_assets.embed import HashEmbedder
-from retrieval_assets.types import Chunk
 
 SCHEMA = "bench_profile"
-_WORD = re.compile(r"\w+")
 FETCH_SQL = """SELECT chunk_id, doc_id, heading_path, start_char, end_char, text, embedding
                FROM chunks WHERE chunk_id = ANY(%s)"""
 
 
-def fetch_binary(conn, chunk_ids):
-    rows = conn.cursor(binary=True).execute(FETCH_SQL, (list(chunk_ids),)).fetchall()
-    return {r[0]: (Chunk(*r[:6]), r[6].to_numpy()) for r in rows}
-
-
-@lru_cache(maxsize=65536)
-def _counts(text: str) -> tuple[Counter, int]:
-    c = Counter(_WORD.findall(text.lower()))
-    return c, sum(c.values())
-
-
-class CachedLexicalReranker(rerank.LexicalReranker):
-    def scores(self, query, texts):
-        terms = list(dict.fromkeys(_WORD.findall(query.lower())))
-        if not texts:
-            return np.zeros(0)
-        if not terms:
-            return np.zeros(len(texts))
-        counts = [_counts(t) for t in texts]
-        tf = np.array([[c.get(term, 0) for term in terms] for c, _ in counts], dtype=np.float64)
-        lengths = np.array([n for _, n in counts], dtype=np.float64)
-        n = len(texts)
-        df = (tf > 0).sum(axis=0)
-        idf = np.log1p((n - df + 0.5) / (df + 0.5))
-        avg = lengths.mean() or 1.0
-        norm = self.k1 * (1 - self.b + self.b * lengths / avg)
-        return (idf * tf * (self.k1 + 1) / (tf + norm[:, None])).sum(axis=1)
-
-
-def staged_pipeline(conn, embedder, reranker, query, fetch, acc, n=50, top_k=10):
+def staged_pipeline(conn, embedder, reranker, query, acc, n=50, top_k=10):
     """rerank.trace's steps, timed one by one (same calls, same order)."""
     t0 = time.perf_counter()
     vector = hybrid.vector_search(conn, embedder, query, n)
@@ -75,7 +43,7 @@ def staged_pipeline(conn, embedder, reranker, query, fetch, acc, n=50, top_k=10)
     t2 = time.perf_counter()
     fused = hybrid.rrf([vector, text])[:n]
     t3 = time.perf_counter()
-    rows = fetch(conn, [r.chunk_id for r in fused])
+    rows = rerank.fetch(conn, [r.chunk_id for r in fused])
     t4 = time.perf_counter()
     pool = [r for r in fused if r.chunk_id in rows]
     reranked = reranker.rerank(query, [rows[r.chunk_id][0] for r in pool], len(pool))
@@ -134,10 +102,10 @@ def main() -> None:
     pages = build(conn, chunks, [])
     acc: dict[str, list[float]] = {}
     for q in queries:
-        staged_pipeline(conn, embedder, rerank.LexicalReranker(), q, rerank.fetch, {})
+        staged_pipeline(conn, embedder, rerank.LexicalReranker(), q, {})
     for _ in range(args.repeats):
         for q in queries:
-            staged_pipeline(conn, embedder, rerank.LexicalReranker(), q, rerank.fetch, acc)
+            staged_pipeline(conn, embedder, rerank.LexicalReranker(), q, acc)
     total = sum(acc["total"])
     print(f"\n1. rerank.pipeline on the current code, by stage ({len(queries)} queries x {args.repeats}; "
           f"heap/TOAST pages {pages[0]}/{pages[1]}):")
@@ -188,31 +156,21 @@ def main() -> None:
         prof.disable()
         pstats.Stats(prof).sort_stats("tottime").print_stats(12)
 
-    # 2. fetch and BM25 alone, current vs candidate, on each query's fused pool
+    # 2. fetch and BM25 alone, on each query's fused pool
     pools = []
     for q in queries:
         ids = [r.chunk_id for r in hybrid.rrf([hybrid.vector_search(conn, embedder, q, 50), hybrid.text_search(conn, q, 50)])[:50]]
         rows = rerank.fetch(conn, ids)
         pools.append((q, ids, [rows[i][0] for i in ids if i in rows]))
-    same_fetch = all(
-        a.keys() == b.keys() and all(a[k][0] == b[k][0] and np.array_equal(a[k][1], b[k][1]) for k in a)
-        for a, b in ((rerank.fetch(conn, ids), fetch_binary(conn, ids)) for _, ids, _ in pools)
-    )
-    same_bm25 = all(np.array_equal(rerank.LexicalReranker().scores(q, [c.text for c in cs]),
-                                   CachedLexicalReranker().scores(q, [c.text for c in cs])) for q, _, cs in pools)
-    _counts.cache_clear()
     by_query = {q: (ids, cs) for q, ids, cs in pools}
     print(f"\n2. the two Python-side stages alone, {len(queries)} fused pools x {args.repeats} (p50/p95 ms):")
     for label, fn in (
-        ("rerank.fetch (text results)", lambda q: rerank.fetch(conn, by_query[q][0])),
-        ("fetch with binary results", lambda q: fetch_binary(conn, by_query[q][0])),
+        ("rerank.fetch (binary results)", lambda q: rerank.fetch(conn, by_query[q][0])),
         ("  server part (same query inside count(*))", lambda q: conn.execute(
             f"SELECT count(*) FROM ({FETCH_SQL}) s", (by_query[q][0],)).fetchone()),
-        ("LexicalReranker.rerank (current)", lambda q: rerank.LexicalReranker().rerank(q, by_query[q][1], 50)),
-        ("BM25 with cached word counts (warm)", lambda q: CachedLexicalReranker().rerank(q, by_query[q][1], 50)),
+        ("LexicalReranker.rerank (warm word counts)", lambda q: rerank.LexicalReranker().rerank(q, by_query[q][1], 50)),
     ):
         print(f"  {label:<44} {p(measure(fn, queries, args.repeats))}")
-    print(f"  binary fetch gives the same chunks and vectors: {same_fetch}; cached BM25 the same scores: {same_bm25}")
 
     # 3. candidates, one at a time and together
     print(f"\n3. candidates in the pipeline (p50/p95 ms over {len(queries)} queries x {args.repeats}):")
@@ -220,39 +178,33 @@ def main() -> None:
     storage = ["ALTER TABLE chunks ALTER COLUMN embedding SET STORAGE PLAIN",
                "ALTER TABLE chunks ALTER COLUMN tsv SET STORAGE MAIN"]
     variants = [
-        ("current", [], rerank.fetch, rerank.LexicalReranker),
-        ("fetch binary", [], fetch_binary, rerank.LexicalReranker),
-        ("BM25 counts cached", [], rerank.fetch, CachedLexicalReranker),
-        ("storage: embedding PLAIN", storage[:1], rerank.fetch, rerank.LexicalReranker),
-        ("storage: embedding PLAIN + tsv MAIN", storage, rerank.fetch, rerank.LexicalReranker),
-        ("embedding PLAIN + fetch binary + BM25 cached", storage[:1], fetch_binary, CachedLexicalReranker),
+        ("current", []),
+        ("storage: embedding PLAIN", storage[:1]),
+        ("storage: embedding PLAIN + tsv MAIN", storage),
     ]
-    built = None
-    for label, alters, fetch, reranker_cls in variants:
-        if built != alters:
-            pages = build(conn, chunks, alters)
-            built = alters
-        _counts.cache_clear()
-        reranker = reranker_cls()
+    reranker = rerank.LexicalReranker()
+    for label, alters in variants:
+        pages = build(conn, chunks, alters)
+        rerank._word_counts.cache_clear()
         gc.collect()
         vec = measure(lambda q: hybrid.vector_search(conn, embedder, q, 50), queries, args.repeats)
         txt = measure(lambda q: hybrid.text_search(conn, q, 50), queries, args.repeats)
         hyb = measure(lambda q: hybrid.search(conn, embedder, q, 50, 10), queries, args.repeats)
-        pipe = measure(lambda q: staged_pipeline(conn, embedder, reranker, q, fetch, {}), queries, args.repeats)
+        pipe = measure(lambda q: staged_pipeline(conn, embedder, reranker, q, {}), queries, args.repeats)
         same = all(
-            [r.chunk_id for r in staged_pipeline(conn, embedder, reranker, q, fetch, {})]
+            [r.chunk_id for r in staged_pipeline(conn, embedder, reranker, q, {})]
             == [r.chunk_id for r in rerank.pipeline(conn, embedder, rerank.LexicalReranker(), q)]
             for q in queries
         )
         print(f"  {label:<44} {f'{pages[0]}/{pages[1]}':>10} {p(vec):>13} {p(txt):>13} {p(hyb):>13} {p(pipe):>13}"
               f"{'' if same else '  RESULTS DIFFER'}")
-        if label.startswith("embedding PLAIN +"):
-            _counts.cache_clear()
+        if label == "storage: embedding PLAIN":
+            rerank._word_counts.cache_clear()
             walls = []
             for _ in range(args.repeats):
                 start = time.perf_counter()
                 for q in queries:
-                    staged_pipeline(conn, embedder, reranker, q, fetch, {})
+                    staged_pipeline(conn, embedder, reranker, q, {})
                 walls.append(time.perf_counter() - start)
             print(f"  {'  48 pipelines back to back (first run cold)':<44} runs: {', '.join(f'{w:.3f} s' for w in walls)}")
     conn.close()
