@@ -8,7 +8,8 @@ Sync overhead: the fixture corpus and Cranfield are synced into a fresh table, a
 the postings maintenance on and off (store._add_terms / store._drop_terms replaced by no-ops),
 median of the repeats. Query latency: every query once to warm up, then p50/p95 over all of
 them, warm connection, for bm25_search and for the seed's text_search (ts_rank_cd).
-Lookup cost: a posting read by range scan against a primary-key lookup (hybrid.LOOKUP_COST).
+Lookup cost: a posting read by range scan against a primary-key lookup, and on the scale schema
+bm25_search latency for several hybrid.LOOKUP_COST values.
 """
 
 from __future__ import annotations
@@ -57,8 +58,8 @@ def overhead(name: str, conn, chunks, repeats: int) -> None:
     print(f"{name}: {len(chunks)} chunks, sync with statistics {on:.3f} s, without {off:.3f} s, overhead {100 * (on / off - 1):.0f}%")
 
 
-def latency(name: str, conn, queries: list[str]) -> None:
-    for label, search in (("bm25_search", hybrid.bm25_search), ("text_search (ts_rank_cd)", hybrid.text_search)):
+def latency(name: str, conn, queries: list[str], kinds=(("bm25_search", hybrid.bm25_search), ("text_search (ts_rank_cd)", hybrid.text_search))) -> None:
+    for label, search in kinds:
         for q in queries:
             search(conn, q, 50)
         ms = []
@@ -133,6 +134,13 @@ def main() -> None:
                 queries.append(" ".join(rng.sample(words, rng.randint(2, 4))))
         latency(f"scale ({n} chunks)", conn, queries[:200])
         lookup_cost(f"scale ({n} chunks)", conn)
+        saved = hybrid.LOOKUP_COST
+        try:
+            for cost in (4, 12, 25, 50):  # the choice between key lookups and reading every posting
+                hybrid.LOOKUP_COST = cost
+                latency(f"scale ({n} chunks), LOOKUP_COST {cost}", conn, queries[:200], kinds=(("bm25_search", hybrid.bm25_search),))
+        finally:
+            hybrid.LOOKUP_COST = saved
 
 
 if __name__ == "__main__":

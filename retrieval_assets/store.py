@@ -94,9 +94,9 @@ def _create_postings(conn: psycopg.Connection) -> None:
     conn.execute("CREATE TABLE IF NOT EXISTS bm25_stats (one bool PRIMARY KEY DEFAULT true CHECK (one), n bigint, total_len bigint)")
     conn.execute("INSERT INTO bm25_stats VALUES (true, 0, 0) ON CONFLICT DO NOTHING")
     conn.execute("CREATE TABLE IF NOT EXISTS chunk_lengths (chunk_id text PRIMARY KEY REFERENCES chunks ON DELETE CASCADE, len int)")
-    # byte-order ("C") keys: lexemes and ids need equality, not a language's order, and sorting them
-    # for the key is twice as fast. No foreign key, no chunk_id index: writes go through _add_terms
-    # and _drop_terms.
+    # byte-order ("C") keys: lexemes and ids need equality, not a language's order, and sorting
+    # them for the key compares bytes instead of calling the locale. No foreign key, no chunk_id
+    # index: writes go through _add_terms and _drop_terms.
     if _missing(conn, "chunk_terms"):
         conn.execute(
             """CREATE TABLE chunk_terms (
@@ -104,7 +104,7 @@ def _create_postings(conn: psycopg.Connection) -> None:
                  CONSTRAINT chunk_terms_pkey PRIMARY KEY (term, chunk_id))"""
         )
         # queries filter on term only (chunk_id with it, through the key): ANALYZE needs no other
-        # column statistics, which halves its time on every sync
+        # column statistics, which shortens it on every sync
         conn.execute("""ALTER TABLE chunk_terms ALTER COLUMN chunk_id SET STATISTICS 0,
                         ALTER COLUMN tf SET STATISTICS 0, ALTER COLUMN len SET STATISTICS 0""")
     no_df = _missing(conn, "term_df")
@@ -150,8 +150,9 @@ def _add_terms(conn: psycopg.Connection, chunk_ids: list[str]) -> None:
     """Write the length, postings and document frequencies of ``chunk_ids``.
 
     Postings go in key order; ``term_df`` rows are upserted in term order (writers lock them alike).
-    The first postings of a table are written without the key, which is then built once (on the
-    fixture corpus 3x faster than keyed inserts).
+    The first postings of a table are written without the key, which is then built once (with the
+    ANALYZE below, this took the statistics' share of a fresh fixture sync from +60% to about +30%,
+    benchmarks/bench_bm25.py).
     """
     if not chunk_ids:
         return
@@ -184,7 +185,8 @@ def _write_terms(conn: psycopg.Connection, chunk_ids: list[str] | None) -> None:
     """Bulk step: lengths and postings of ``chunk_ids`` (every chunk when None) while
     ``chunk_terms`` has no key; ``_index_terms`` finishes. Each call's postings are stored in
     term order, so a term's postings lie in one run per call, not on a page per chunk (at 100k
-    chunks, reading the postings of frequent terms in chunk order made BM25 p50 2.8x slower)."""
+    chunks of independent words, BM25 p50 was 39.7 ms with postings in chunk order, 12.0 ms after,
+    benchmarks/scale.py --topics 0)."""
     where, params = ("", {}) if chunk_ids is None else (_BY_ID, {"ids": chunk_ids})
     conn.execute(_LENGTHS + where, params)
     conn.execute(f"INSERT INTO chunk_terms (term, chunk_id, tf, len) {_POSTINGS}{where}{_KEY_ORDER}", params)
