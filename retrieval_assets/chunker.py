@@ -192,24 +192,3 @@ def stats(documents: list[Document], *, max_chars: int = 1200, overlap: int = 1)
         "max_chars": max_chars,
         "overlap": overlap,
     }
-
-
-def main(argv: list[str] | None = None) -> int:
-    """``python -m retrieval_assets.chunker --corpus DIR``: print the corpus statistics as JSON."""
-    import argparse
-    import json
-
-    parser = argparse.ArgumentParser(prog="python -m retrieval_assets.chunker", description=main.__doc__)
-    parser.add_argument("--corpus", default="fixtures/corpus")
-    parser.add_argument("--max-chars", type=int, default=1200)
-    parser.add_argument("--overlap", type=int, default=1)
-    args = parser.parse_args(argv)
-    try:
-        print(json.dumps(stats(load_documents(args.corpus), max_chars=args.max_chars, overlap=args.overlap), indent=2))
-    except (CorpusError, ValueError) as exc:
-        parser.exit(2, f"error: {exc}\n")
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

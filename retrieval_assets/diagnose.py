@@ -17,16 +17,20 @@ Classification rules, applied in this order to the evidence of one miss:
 
 from __future__ import annotations
 
-import argparse
-import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 
+import numpy as np
 import psycopg
+from psycopg import sql
 
-from retrieval_assets import chunker, metrics, rerank, store
-from retrieval_assets.embed import Embedder
+from retrieval_assets import chunker, pipeline, store
+from retrieval_assets.evaluation import evaluate_pipelines
+from retrieval_assets.golden import relevant_sets
+from retrieval_assets.metrics import first_relevant_rank
+from retrieval_assets.params import DEFAULT, RetrievalParams
+from retrieval_assets.pipeline import Retriever
+from retrieval_assets.tables import statement
 from retrieval_assets.types import Chunk, Document, GoldenQuery
 
 FAILURES = ("vocabulary-gap", "chunk-boundary", "ranking", "reranker-demotion", "anchor-ambiguity")
@@ -78,15 +82,14 @@ def _index(chunk_id: str) -> tuple[str, int]:
     return doc_id, int(number) if number.isdigit() else -1
 
 
-def exact_vector_rank(conn: psycopg.Connection, embedder: Embedder, query: str, relevant: Sequence[str]) -> int | None:
-    """Rank of the first relevant chunk by exact cosine distance over the whole table (no index)."""
-    vector = embedder.embed([query])[0]
-    if not vector.any() or not relevant:
+def exact_vector_rank(conn: psycopg.Connection, schema: str, vector: np.ndarray, relevant: Sequence[str]) -> int | None:
+    """Rank of the first relevant chunk by exact cosine distance to ``vector`` over the whole table (no index)."""
+    if not np.any(vector) or not relevant:
         return None
     return conn.execute(
-        """SELECT min(r) FROM (SELECT chunk_id, row_number() OVER (ORDER BY embedding <=> %s, chunk_id) AS r
-                                FROM chunks) ranked WHERE chunk_id = ANY(%s)""",
-        (vector, list(relevant)),
+        statement(schema, """SELECT min(r) FROM (SELECT chunk_id, row_number() OVER (ORDER BY embedding <=> %s, chunk_id) AS r
+                                FROM {chunks}) ranked WHERE chunk_id = ANY(%s)"""),
+        (np.asarray(vector, dtype=np.float32), list(relevant)),
     ).fetchone()[0]
 
 
@@ -103,84 +106,70 @@ def classify(ranks: dict[str, int | None], neighbour, same_doc, k: int) -> str:
     return "vocabulary-gap"
 
 
-def diagnose(conn, embedder, reranker, golden: Sequence[GoldenQuery], *, k: int = 10, n: int = 50, mmr_lambda: float = 0.7) -> list[Diagnosis]:
-    """Every golden query without a relevant chunk in the final top ``k``, explained."""
-    rel = metrics.relevant_sets(conn, golden)
+def diagnose(conn: psycopg.Connection, retriever: Retriever, golden: Sequence[GoldenQuery],
+             params: RetrievalParams = DEFAULT) -> list[Diagnosis]:
+    """Every golden query without a relevant chunk in the final top ``params.k``, explained."""
+    rel = relevant_sets(conn, retriever.schema, golden)
     out = []
     for q in golden:
-        t = rerank.trace(conn, embedder, reranker, q.query, n=n, top_k=k, mmr_lambda=mmr_lambda)
+        t = pipeline.run(conn, retriever, q.query, params)
         relevant = rel[q.query_id]
         lists = {"vector": t.vector, "text": t.text, "fused": t.fused, "reranked": t.reranked, "final": t.final}
-        ranks = {name: metrics.first_relevant_rank([h.chunk_id for h in hits], relevant) for name, hits in lists.items()}
+        ranks = {name: first_relevant_rank([h.chunk_id for h in hits], relevant) for name, hits in lists.items()}
         if ranks["final"] is not None:
             continue
-        ranks["exact_vector"] = exact_vector_rank(conn, embedder, q.query, sorted(relevant))
+        ranks["exact_vector"] = exact_vector_rank(conn, retriever.schema, t.query_vector, sorted(relevant))
         top = tuple(r.chunk_id for r in t.final)
         adjacent = {(doc, i + d) for doc, i in map(_index, relevant) for d in (-1, 1)}
         neighbour = next(((cid, rank) for rank, cid in enumerate(top, 1) if _index(cid) in adjacent), None)
         same_doc = next(((cid, rank) for rank, cid in enumerate(top, 1) if _index(cid)[0] == q.doc_id), None)
-        failure = classify(ranks, neighbour, same_doc, k)
+        failure = classify(ranks, neighbour, same_doc, params.k)
         out.append(Diagnosis(q, tuple(sorted(relevant)), ranks, top, neighbour, same_doc, failure, FIX_FOR[failure]))
     return out
 
 
-def _hits(ev: metrics.Evaluation) -> set[str]:
-    return {q.query_id for q in ev.queries if set(q.ranked["mmr"]) & set(q.relevant)}
-
-
-def what_if(
-    connect: Callable[[str], psycopg.Connection],
-    schema: str,
-    embedder: Embedder,
-    reranker,
-    golden: Sequence[GoldenQuery],
-    documents: Sequence[Document],
-    chunks: Sequence[Chunk],
-    *,
-    k: int = 10,
-    n: int = 50,
-    mmr_lambda: float = 0.7,
-    other: tuple[str, Embedder | None, str] | None = None,
-) -> list[WhatIf]:
-    """Re-run the golden set with each mechanical fix; ``other`` = (name, embedder, schema) to compare with."""
-
-    def evaluate(conn, emb=embedder, **kw) -> set[str]:
-        return _hits(metrics.evaluate_pipelines(conn, emb, reranker, golden, k=k, n=n, mmr_lambda=mmr_lambda, **kw))
-
-    lists: dict = {}  # the base index's first-stage lists, shared by the fusion-weight variants
-
-    def outcome(fix, variant, hits, note="") -> WhatIf:
-        return WhatIf(fix, variant, tuple(sorted(misses & hits)), tuple(sorted(base - hits)), note)
-
-    results = []
-    with connect(schema) as conn:
-        base = evaluate(conn, first_stage_cache=lists)
-        misses = {q.query_id for q in golden} - base
-        for weights in WEIGHT_GRID:
-            hits = evaluate(conn, weights=weights, first_stage_cache=lists)
-            results.append(outcome("hybrid-weights", f"RRF weights vector {weights[0]:g}, text {weights[1]:g}", hits))
-    scratch = {
-        "contextual-chunk-headers": ("heading path prepended to each chunk", [
-            Chunk(c.chunk_id, c.doc_id, c.heading_path, c.start_char, c.end_char, f"{c.heading_path}\n\n{c.text}" if c.heading_path else c.text)
-            for c in chunks]),
+def _variant_chunks(documents: Sequence[Document], chunks: Sequence[Chunk]) -> dict[str, tuple[str, list[Chunk]]]:
+    """The re-chunked corpora of the chunking fixes: fix -> (variant, chunks)."""
+    headed = [Chunk(c.chunk_id, c.doc_id, c.heading_path, c.start_char, c.end_char,
+                    f"{c.heading_path}\n\n{c.text}" if c.heading_path else c.text) for c in chunks]
+    return {
+        "contextual-chunk-headers": ("heading path prepended to each chunk", headed),
         "smaller-chunks": ("max_chars 600", [c for d in documents for c in chunker.chunk(d, max_chars=600)]),
     }
-    for fix, (variant, variant_chunks) in scratch.items():
-        with connect(f"{schema}_whatif") as conn:
-            store.drop(conn)
-            store.Schema.create(conn, embedder.dims)
-            store.sync(conn, variant_chunks, embedder)
-            results.append(outcome(fix, variant, evaluate(conn)))
-            store.drop(conn)
-    if other is not None:
-        name, other_embedder, other_schema = other
-        try:
-            with connect(other_schema) as conn:
-                if other_embedder is None or store.table_dims(conn) != other_embedder.dims:
-                    raise RuntimeError(f"partition {name} is not indexed")
-                results.append(outcome("better-embedder", f"the {name} partition", evaluate(conn, emb=other_embedder)))
-        except RuntimeError as exc:
-            results.append(WhatIf("better-embedder", f"the {name} partition", (), (), f"not run: {exc}"))
+
+
+def what_if(conn: psycopg.Connection, retriever: Retriever, golden: Sequence[GoldenQuery], documents: Sequence[Document],
+            chunks: Sequence[Chunk], params: RetrievalParams = DEFAULT, *, scratch: str,
+            others: Mapping[str, Retriever | None] | None = None) -> list[WhatIf]:
+    """Re-run the golden set with each mechanical fix: fusion weights (from the same first-stage
+    lists), re-chunked corpora (indexed into the ``scratch`` schema, dropped afterwards) and the
+    ``others`` partitions' retrievers (None: not available here)."""
+
+    def hits(r: Retriever, p: RetrievalParams = params, cache: dict | None = None) -> set[str]:
+        return evaluate_pipelines(conn, r, golden, p, first_stage_cache=cache).hits()
+
+    lists: dict = {}  # the base index's first-stage lists, shared by the fusion-weight variants
+    base = hits(retriever, cache=lists)
+    misses = {q.query_id for q in golden} - base
+
+    def outcome(fix, variant, found, note="") -> WhatIf:
+        return WhatIf(fix, variant, tuple(sorted(misses & found)), tuple(sorted(base - found)), note)
+
+    results = [outcome("hybrid-weights", f"RRF weights vector {w[0]:g}, text {w[1]:g}", hits(retriever, params.with_(weights=w), lists))
+               for w in WEIGHT_GRID]
+    embedder = retriever.embedder
+    scratch_retriever = Retriever(scratch, embedder, retriever.reranker)
+    for fix, (variant, variant_chunks) in _variant_chunks(documents, chunks).items():
+        store.drop(conn, scratch)
+        store.create(conn, scratch, embedder.dims)
+        store.sync(conn, scratch, variant_chunks, embedder)
+        results.append(outcome(fix, variant, hits(scratch_retriever)))
+    conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(scratch)))  # scratch is ours alone
+    for name, other in (others or {}).items():
+        if other is None or store.table_dims(conn, other.schema) != other.embedder.dims:
+            results.append(WhatIf("better-embedder", f"the {name} partition", (), (), f"not run: partition {name} is not indexed"))
+        else:
+            results.append(outcome("better-embedder", f"the {name} partition", hits(other)))
     return results
 
 
@@ -236,41 +225,3 @@ def render(report: Report) -> str:
                   "| fix | variant | rescued | lost | note |", "|---|---|---|---|---|"]
         lines += [f"| {w.fix} | {w.variant} | {', '.join(w.rescued) or 'none'} | {', '.join(w.lost) or 'none'} | {w.note} |" for w in report.what_ifs]
     return "\n".join(lines) + "\n"
-
-
-def main(argv: list[str] | None = None) -> int:
-    """Index a corpus with one embedder, diagnose the golden-set misses and print the report."""
-    from retrieval_assets import pg
-    from retrieval_assets.embed import EMBEDDERS, get_embedder, schema_for
-
-    parser = argparse.ArgumentParser(prog="python -m retrieval_assets.diagnose", description=main.__doc__)
-    parser.add_argument("--corpus", default="fixtures/corpus")
-    parser.add_argument("--embedder", default="hash", choices=sorted(EMBEDDERS))
-    parser.add_argument("--k", type=int, default=10)
-    parser.add_argument("--n", type=int, default=50)
-    parser.add_argument("--dsn", default=None)
-    parser.add_argument("--no-what-if", action="store_true", help="skip the what-if experiments")
-    args = parser.parse_args(argv)
-    if args.k < 1 or args.n < args.k:
-        parser.error(f"need 1 <= k <= n, got k={args.k} n={args.n}")
-    try:
-        documents = chunker.load_documents(args.corpus)
-        golden = metrics.load_golden(Path(args.corpus) / "golden.yaml", documents)
-        chunks = [c for d in documents for c in chunker.chunk(d)]
-        embedder = get_embedder(args.embedder)
-        schema = "diagnose_" + schema_for(args.embedder)
-        connect = lambda s: pg.connect(args.dsn, schema=s)  # noqa: E731
-        with connect(schema) as conn:
-            store.Schema.create(conn, embedder.dims)
-            store.sync(conn, chunks, embedder)
-            misses = diagnose(conn, embedder, rerank.LexicalReranker(), golden, k=args.k, n=args.n)
-        what_ifs = [] if args.no_what_if else what_if(connect, schema, embedder, rerank.LexicalReranker(), golden, documents, chunks, k=args.k, n=args.n)
-    except (chunker.CorpusError, metrics.GoldenError, pg.ConnectError, ValueError, RuntimeError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    print(render(Report(args.embedder, args.k, args.n, len(golden), misses, what_ifs)), end="")
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -16,7 +16,6 @@ from pathlib import Path
 
 import psycopg
 from pgvector.psycopg import register_vector
-from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 ENV_DSN = "RETRIEVAL_DSN"
@@ -82,10 +81,11 @@ def resolve_dsn(dsn: str | None = None) -> str:
     return dsn or os.environ.get(ENV_DSN) or embedded_server().get_uri()
 
 
-def connect(dsn: str | None = None, *, schema: str | None = None, autocommit: bool = True) -> psycopg.Connection:
-    """A connection with pgvector registered; with ``schema``, it is created and put first on the search_path.
+def connect(dsn: str | None = None, *, autocommit: bool = True) -> psycopg.Connection:
+    """A connection with pgvector registered (the extension created if missing).
 
-    Autocommit by default: pipeline functions group their statements in ``conn.transaction()``.
+    The search_path is left alone: every statement of the library names its schema. Autocommit
+    by default: pipeline functions group their statements in ``conn.transaction()``.
     """
     dsn = resolve_dsn(dsn)
     try:
@@ -99,9 +99,6 @@ def connect(dsn: str | None = None, *, schema: str | None = None, autocommit: bo
     try:
         if conn.execute("SELECT 1 FROM pg_extension WHERE extname = 'vector'").fetchone() is None:
             conn.execute("CREATE EXTENSION IF NOT EXISTS vector")
-        if schema:
-            conn.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(schema)))
-            conn.execute(sql.SQL("SET search_path TO {}, public").format(sql.Identifier(schema)))
         if not autocommit:
             conn.commit()
         register_vector(conn)

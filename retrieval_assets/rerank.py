@@ -2,8 +2,7 @@
 
 Contract: a ``Reranker`` returns ``Ranked`` best first, ranks from 1, ties in input order, and
 ``ranks`` holding each chunk's input position. ``mmr`` reorders for diversity and keeps the
-reranker's scores. ``pipeline`` = fused top ``n`` -> rerank all of it -> first ``top_k`` of MMR;
-``trace`` returns every intermediate list of that pipeline for evaluation and diagnosis.
+reranker's scores. ``pipeline.run`` chains them after fusion.
 """
 
 from __future__ import annotations
@@ -17,11 +16,10 @@ from dataclasses import dataclass
 from typing import Protocol
 
 import numpy as np
-import psycopg
 
-from retrieval_assets import hybrid
-from retrieval_assets.embed import Embedder, fastembed_cache_dir
-from retrieval_assets.types import Chunk, Hit, Ranked
+from retrieval_assets.fastembed_models import CROSS_ENCODER, fastembed_cache_dir, load_fastembed_model
+from retrieval_assets.params import DEFAULT
+from retrieval_assets.types import Chunk, Ranked
 
 _WORD = re.compile(r"\w+")
 
@@ -99,7 +97,7 @@ class LexicalReranker:
 class CrossEncoderReranker:
     """fastembed's TextCrossEncoder, created on the first non-empty call; scores are logits."""
 
-    def __init__(self, model: str = "Xenova/ms-marco-MiniLM-L-6-v2", cache_dir: str | os.PathLike | None = None, *, batch_size: int = 32):
+    def __init__(self, model: str = CROSS_ENCODER, cache_dir: str | os.PathLike | None = None, *, batch_size: int = 32):
         self.model = model
         self.cache_dir = fastembed_cache_dir(cache_dir)
         self.batch_size = batch_size
@@ -108,8 +106,6 @@ class CrossEncoderReranker:
 
     def _load(self):
         if self._encoder is None:
-            from retrieval_assets.embed import load_fastembed_model
-
             self._encoder = load_fastembed_model("cross-encoder", self.model, self.cache_dir)
         return self._encoder
 
@@ -129,7 +125,7 @@ def _relevance(scores: np.ndarray, query_vec: np.ndarray, unit: np.ndarray) -> n
     return (scores - scores.min()) / (scores.max() - scores.min())
 
 
-def mmr(query_vec: np.ndarray, candidates: Sequence[Ranked], embeddings: Sequence[np.ndarray] | np.ndarray, *, lam: float = 0.7, top_k: int) -> list[Ranked]:
+def mmr(query_vec: np.ndarray, candidates: Sequence[Ranked], embeddings: Sequence[np.ndarray] | np.ndarray, *, lam: float = DEFAULT.mmr_lambda, top_k: int) -> list[Ranked]:
     """Greedy maximal marginal relevance: argmax lam * rel - (1 - lam) * max cosine to the picked."""
     if not candidates or top_k < 1:
         return []
@@ -147,72 +143,3 @@ def mmr(query_vec: np.ndarray, candidates: Sequence[Ranked], embeddings: Sequenc
         available[i] = False
         closest = np.maximum(closest, unit @ unit[i])
     return [Ranked(candidates[i].chunk_id, candidates[i].score, rank, candidates[i].ranks) for rank, i in enumerate(picked, 1)]
-
-
-def fetch(conn: psycopg.Connection, chunk_ids: Sequence[str]) -> dict[str, tuple[Chunk, np.ndarray]]:
-    """``{chunk_id: (Chunk, embedding)}`` for the ids present in the table."""
-    rows = conn.cursor(binary=True).execute(  # binary: vectors arrive as float32 bytes, not text to parse
-        """SELECT chunk_id, doc_id, heading_path, start_char, end_char, text, embedding
-           FROM chunks WHERE chunk_id = ANY(%s)""",
-        (list(chunk_ids),),
-    ).fetchall()
-    return {r[0]: (Chunk(*r[:6]), r[6].to_numpy()) for r in rows}
-
-
-@dataclass(frozen=True)
-class Trace:
-    """Every list one query passes through: the two first-stage lists, fusion, rerank, MMR."""
-
-    vector: list[Hit]
-    text: list[Hit]
-    fused: list[Ranked]
-    reranked: list[Ranked]
-    final: list[Ranked]
-
-
-def trace(
-    conn: psycopg.Connection,
-    embedder: Embedder,
-    reranker: Reranker | None,
-    query: str,
-    *,
-    n: int = 50,
-    top_k: int = 10,
-    mmr_lambda: float | None = 0.7,
-    weights: tuple[float, float] | None = None,
-    lexical: str = "ts_rank_cd",
-    first_stage: tuple[list[Hit], list[Hit]] | None = None,
-) -> Trace:
-    """Run the pipeline for one query and keep the intermediate lists (``weights``: vector, lexical).
-
-    ``first_stage`` = (vector, lexical) lists of an earlier trace of the same query and ``n``, to
-    re-run fusion and the second stage alone (what-if experiments on the fusion weights).
-    """
-    if first_stage is None:
-        vector, text = hybrid.vector_search(conn, embedder, query, n), hybrid.lexical_search(conn, query, n, lexical)
-    else:
-        vector, text = first_stage
-    fused = hybrid.rrf([vector, text], weights=weights)[:n]
-    if reranker is None or not fused:
-        return Trace(vector, text, fused, fused, fused[:top_k])
-    rows = fetch(conn, [r.chunk_id for r in fused])
-    pool = [r for r in fused if r.chunk_id in rows]
-    reranked = reranker.rerank(query, [rows[r.chunk_id][0] for r in pool], len(pool))
-    if mmr_lambda is None:
-        return Trace(vector, text, fused, reranked, reranked[:top_k])
-    final = mmr(embedder.embed([query])[0], reranked, [rows[r.chunk_id][1] for r in reranked], lam=mmr_lambda, top_k=top_k)
-    return Trace(vector, text, fused, reranked, final)
-
-
-def pipeline(
-    conn: psycopg.Connection,
-    embedder: Embedder,
-    reranker: Reranker,
-    query: str,
-    *,
-    n: int = 50,
-    top_k: int = 10,
-    mmr_lambda: float = 0.7,
-) -> list[Ranked]:
-    """Fused top ``n``, reranked in full, then the first ``top_k`` of MMR."""
-    return trace(conn, embedder, reranker, query, n=n, top_k=top_k, mmr_lambda=mmr_lambda).final

@@ -56,8 +56,9 @@ def schema(pg_dsn, request):
 
 @pytest.fixture(scope="module")
 def conn(pg_dsn, schema):
-    """A module-wide connection whose search_path starts with the module's schema."""
-    with pg.connect(pg_dsn, schema=schema) as connection:
+    """A module-wide connection; the module's schema exists (every call names it)."""
+    with pg.connect(pg_dsn) as connection:
+        connection.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(schema)))
         yield connection
 
 
@@ -70,21 +71,21 @@ def corpus_documents():
 
 @pytest.fixture(scope="module")
 def golden(corpus_documents):
-    from retrieval_assets.metrics import load_golden
+    from retrieval_assets.golden import load_golden
 
     return load_golden(CORPUS / "golden.yaml", corpus_documents)
 
 
 @pytest.fixture(scope="module")
-def indexed(conn, corpus_documents):
-    """The fixture corpus indexed with the hash embedder in the module's schema."""
+def indexed(conn, schema, corpus_documents):
+    """The fixture corpus indexed with the hash embedder in the module's schema: (conn, embedder, chunks)."""
     from retrieval_assets import store
     from retrieval_assets.chunker import chunk
     from retrieval_assets.embed import HashEmbedder
 
     embedder = HashEmbedder()
-    store.drop(conn)
-    store.Schema.create(conn, embedder.dims)
+    store.drop(conn, schema)
+    store.create(conn, schema, embedder.dims)
     chunks = [c for d in corpus_documents for c in chunk(d)]
-    store.sync(conn, chunks, embedder)
+    store.sync(conn, schema, chunks, embedder)
     return conn, embedder, chunks

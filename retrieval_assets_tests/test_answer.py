@@ -17,14 +17,27 @@ import pytest
 import yaml
 from claude_agent_sdk import AssistantMessage, ClaudeAgentOptions, ResultMessage, TextBlock
 
-from retrieval_assets import answer, metrics, pg, rerank
+from retrieval_assets import answer, claude, pg, rerank
+from retrieval_assets import citations as cite
+from retrieval_assets import golden as golden_set
 from retrieval_assets.defs import answers as answers_defs
-from retrieval_assets.defs import assets
+from retrieval_assets.defs import corpus, diagnosis, evaluation, index
+from retrieval_assets.defs.partitions import embedders
+from retrieval_assets import pipeline
+from retrieval_assets.pipeline import Retriever
 from retrieval_assets.defs.jobs import evaluate_embedders
 from retrieval_assets.defs.resources import PostgresResource
 from retrieval_assets.embed import HashEmbedder
 from retrieval_assets.types import Answer, Chunk, Draft, Faithfulness
 from retrieval_assets_tests.conftest import CORPUS
+
+RETRIEVAL_MODULES = [corpus, index, evaluation, diagnosis]  # the retrieval group's asset modules
+SCHEMA = "t_test_answer"  # conftest's schema of this module
+
+
+def sources(conn, embedder, reranker, query, top_k=answer.SOURCES.k, schema=SCHEMA):
+    """answer.sources over a retriever of ``schema``, ``top_k`` sources."""
+    return answer.sources(conn, Retriever(schema, embedder, reranker), query, answer.SOURCES.with_(k=top_k))
 
 PROJECT_ROOT = CORPUS.parents[1]
 OFF_CORPUS = yaml.safe_load((CORPUS / "off_corpus.yaml").read_text())
@@ -95,9 +108,9 @@ def test_refuses_below_the_floor_and_with_min_support():
 
 def test_no_model_call_for_a_refused_draft():
     fake = ScriptedQuery("should never be sent [1].")
-    result = answer.run("q", Draft("", (), refused=True), query_fn=fake)
+    result = claude.run("q", Draft("", (), refused=True), query_fn=fake)
     assert fake.calls == []
-    assert result == Answer(answer.REFUSAL, Faithfulness((), 0, True), 0.0)
+    assert result == Answer(cite.REFUSAL, Faithfulness((), 0, True), 0.0)
 
 
 # --- stage 06: the Claude call through the scripted SDK -------------------------------------------
@@ -106,7 +119,7 @@ def test_no_model_call_for_a_refused_draft():
 def test_run_sends_the_prompt_and_checks_the_reply():
     draft = answer.assemble("q", [chunk(i) for i in range(1, 6)])
     fake = ScriptedQuery(("Alpha holds [1]. Gamma holds too [3].", 0.0123))
-    result = answer.run("q", draft, query_fn=fake)
+    result = claude.run("q", draft, query_fn=fake)
     assert [c["prompt"] for c in fake.calls] == [draft.prompt]
     assert result.text == "Alpha holds [1]. Gamma holds too [3]."
     assert result.faithfulness == Faithfulness((1, 3), 0, False)
@@ -115,16 +128,16 @@ def test_run_sends_the_prompt_and_checks_the_reply():
 
 def test_pinned_options_are_real_claude_agent_options_fields():
     fields = {f.name for f in dataclasses.fields(ClaudeAgentOptions)}
-    assert set(answer.CLAUDE_OPTIONS) | {"model", "verbatim_prompts"} <= fields
+    assert set(claude.CLAUDE_OPTIONS) | {"model", "verbatim_prompts"} <= fields
     fake = ScriptedQuery("A [1].", "B [1].")
     draft = answer.assemble("q", [chunk(1)])
-    answer.run("q", draft, query_fn=fake)
-    answer.run("q", draft, query_fn=fake, model="claude-haiku-5")
+    claude.run("q", draft, query_fn=fake)
+    claude.run("q", draft, query_fn=fake, model="claude-haiku-5")
     first, second = (c["options"] for c in fake.calls)
     assert isinstance(first, ClaudeAgentOptions)
     assert first.tools == [] and first.max_turns == 1 and first.setting_sources == []
     assert first.max_budget_usd == 0.05 and first.strict_mcp_config is True
-    assert first.model == "claude-opus-5-5" == answer.MODEL
+    assert first.model == "claude-opus-5-5" == claude.MODEL
     assert first.verbatim_prompts is True  # corpus text in the prompt must not expand @paths
     assert first.mcp_servers == {} and first.allowed_tools == []
     assert second.model == "claude-haiku-5"
@@ -136,7 +149,7 @@ def test_the_text_of_every_text_block_and_the_result_cost_are_collected():
         yield ResultMessage(subtype="success", duration_ms=1, duration_api_ms=1, is_error=False, num_turns=1,
                             session_id="s", total_cost_usd=None)
 
-    result = answer.run("q", answer.assemble("q", [chunk(1), chunk(2)]), query_fn=fake)
+    result = claude.run("q", answer.assemble("q", [chunk(1), chunk(2)]), query_fn=fake)
     assert result.text == "First part [1].\nSecond part [2]."
     assert result.faithfulness == Faithfulness((1, 2), 0, False)
     assert result.cost_usd == 0.0
@@ -144,15 +157,15 @@ def test_the_text_of_every_text_block_and_the_result_cost_are_collected():
 
 def test_error_results_raise_with_the_question():
     draft = answer.assemble("q", [chunk(1)])
-    with pytest.raises(answer.ClaudeError, match=r"'What is x\?'.*error_max_budget_usd.*budget exceeded"):
-        answer.run("What is x?", draft, query_fn=ScriptedQuery("partial [1]", result_error=True))
-    with pytest.raises(answer.ClaudeError, match="authentication_failed"):
-        answer.run("q", draft, query_fn=ScriptedQuery("x", error="authentication_failed"))
+    with pytest.raises(claude.ClaudeError, match=r"'What is x\?'.*error_max_budget_usd.*budget exceeded"):
+        claude.run("What is x?", draft, query_fn=ScriptedQuery("partial [1]", result_error=True))
+    with pytest.raises(claude.ClaudeError, match="authentication_failed"):
+        claude.run("q", draft, query_fn=ScriptedQuery("x", error="authentication_failed"))
 
 
 def test_run_works_inside_a_running_event_loop():
     async def main():
-        return answer.run("q", answer.assemble("q", [chunk(1)]), query_fn=ScriptedQuery("Yes [1]."))
+        return claude.run("q", answer.assemble("q", [chunk(1)]), query_fn=ScriptedQuery("Yes [1]."))
 
     assert asyncio.run(main()).faithfulness == Faithfulness((1,), 0, False)
 
@@ -161,55 +174,55 @@ def test_run_works_inside_a_running_event_loop():
 
 
 def test_cited_sources_and_uncited_sentences():
-    assert answer.check("Alpha [1]. Gamma [3].", FIVE) == Faithfulness((1, 3), 0, False)
-    assert answer.check("Alpha [3][1]. Beta [1, 3]. Gamma.", FIVE) == Faithfulness((1, 3), 1, False)
-    assert answer.check("Alpha [1]. Beta is true. Gamma! Delta? Epsilon [2].", FIVE).uncited_claims == 3
-    assert answer.check("One line [1]\nanother line\n\n- a bullet [2]", FIVE) == Faithfulness((1, 2), 1, False)
-    assert answer.check("", FIVE) == Faithfulness((), 0, False)
+    assert cite.check("Alpha [1]. Gamma [3].", FIVE) == Faithfulness((1, 3), 0, False)
+    assert cite.check("Alpha [3][1]. Beta [1, 3]. Gamma.", FIVE) == Faithfulness((1, 3), 1, False)
+    assert cite.check("Alpha [1]. Beta is true. Gamma! Delta? Epsilon [2].", FIVE).uncited_claims == 3
+    assert cite.check("One line [1]\nanother line\n\n- a bullet [2]", FIVE) == Faithfulness((1, 2), 1, False)
+    assert cite.check("", FIVE) == Faithfulness((), 0, False)
 
 
 def test_the_refusal_is_detected_and_not_counted_as_a_claim():
-    assert answer.check(answer.REFUSAL, FIVE) == Faithfulness((), 0, True)
-    assert answer.check("I cannot answer from the sources", FIVE).refused
-    assert answer.check("Alpha [1]. I cannot answer from the sources. Beta.", FIVE) == Faithfulness((1,), 1, True)
+    assert cite.check(cite.REFUSAL, FIVE) == Faithfulness((), 0, True)
+    assert cite.check("I cannot answer from the sources", FIVE).refused
+    assert cite.check("Alpha [1]. I cannot answer from the sources. Beta.", FIVE) == Faithfulness((1,), 1, True)
     # only the refusal itself is excepted, not a claim hiding behind it
-    assert answer.check("I cannot answer from the sources, but it is blue.", FIVE) == Faithfulness((), 1, True)
+    assert cite.check("I cannot answer from the sources, but it is blue.", FIVE) == Faithfulness((), 1, True)
 
 
 def test_a_marker_opening_a_sentence_belongs_to_the_one_before():
     text = "The search keeps 40 candidates by default. [2] The graph is built once [1]."
-    assert answer.split_sentences(text) == ["The search keeps 40 candidates by default. [2]", "The graph is built once [1]."]
-    assert answer.check(text, FIVE) == Faithfulness((1, 2), 0, False)
-    assert answer.check("Built once.[3] Kept warm [1].", FIVE) == Faithfulness((1, 3), 0, False)
-    assert answer.check("Built once.\n[3] Kept warm.", FIVE) == Faithfulness((3,), 1, False)
+    assert cite.split_sentences(text) == ["The search keeps 40 candidates by default. [2]", "The graph is built once [1]."]
+    assert cite.check(text, FIVE) == Faithfulness((1, 2), 0, False)
+    assert cite.check("Built once.[3] Kept warm [1].", FIVE) == Faithfulness((1, 3), 0, False)
+    assert cite.check("Built once.\n[3] Kept warm.", FIVE) == Faithfulness((3,), 1, False)
 
 
 @pytest.mark.parametrize("abbreviation", ["Mr.", "Mrs.", "Ms.", "Mme.", "Dr.", "St.", "vs.", "e.g.", "i.e.", "etc."])
 def test_abbreviations_do_not_split(abbreviation):
     text = f"It was noted by {abbreviation} Holm in the ledger [1]."
-    assert answer.split_sentences(text) == [text]
-    assert answer.check(text, FIVE) == Faithfulness((1,), 0, False)
-    assert answer.check(f"Tools ({abbreviation} a rake) help [2]. Done [1].", FIVE) == Faithfulness((1, 2), 0, False)
+    assert cite.split_sentences(text) == [text]
+    assert cite.check(text, FIVE) == Faithfulness((1,), 0, False)
+    assert cite.check(f"Tools ({abbreviation} a rake) help [2]. Done [1].", FIVE) == Faithfulness((1, 2), 0, False)
 
 
 def test_other_periods_split_only_before_whitespace():
-    assert answer.split_sentences("Version 3.14 ships. first.last stays [1].") == ["Version 3.14 ships.", "first.last stays [1]."]
-    assert answer.split_sentences("It ended... Then it began [1]!") == ["It ended...", "Then it began [1]!"]
+    assert cite.split_sentences("Version 3.14 ships. first.last stays [1].") == ["Version 3.14 ships.", "first.last stays [1]."]
+    assert cite.split_sentences("It ended... Then it began [1]!") == ["It ended...", "Then it began [1]!"]
 
 
 def test_seven_among_five_sources_is_no_citation():
     text = "Alpha [1]. Beta [7]. Gamma [0]."
-    assert answer.check(text, FIVE) == Faithfulness((1,), 2, False)
-    assert answer.invalid_citations(text, FIVE) == [7, 0]
-    assert answer.invalid_citations("Beta [7]. Again [7][6].", FIVE) == [7, 6]
-    assert answer.invalid_citations("Alpha [1] [5].", FIVE) == []
-    assert answer.check("Both [1][7].", FIVE) == Faithfulness((1,), 0, False)  # the [1] still cites
+    assert cite.check(text, FIVE) == Faithfulness((1,), 2, False)
+    assert cite.invalid_citations(text, FIVE) == [7, 0]
+    assert cite.invalid_citations("Beta [7]. Again [7][6].", FIVE) == [7, 6]
+    assert cite.invalid_citations("Alpha [1] [5].", FIVE) == []
+    assert cite.check("Both [1][7].", FIVE) == Faithfulness((1,), 0, False)  # the [1] still cites
 
 
 def test_markers_inside_code_spans_are_mentions_not_citations():
     text = "A marker like `[6]` when five sources were sent counts as uncited [2]."
-    assert answer.check(text, FIVE) == Faithfulness((2,), 0, False)
-    assert answer.invalid_citations(text, FIVE) == []
+    assert cite.check(text, FIVE) == Faithfulness((2,), 0, False)
+    assert cite.invalid_citations(text, FIVE) == []
 
 
 # --- the quote-aware splitter (beyond the seed) ---------------------------------------------------
@@ -239,14 +252,14 @@ def test_markers_inside_code_spans_are_mentions_not_citations():
     ],
 )
 def test_quote_aware_splitting(text, sentences):
-    assert answer.split_sentences(text) == sentences
+    assert cite.split_sentences(text) == sentences
 
 
 def test_quoted_sentence_counts_no_phantom_claim():
     text = "Mother Iskra kept a sign that read 'Closed by order of Sofronie.' on her door [2]. She cut seals for anyone who paid [1]."
-    assert answer.check(text, FIVE) == Faithfulness((1, 2), 0, False)
+    assert cite.check(text, FIVE) == Faithfulness((1, 2), 0, False)
     # an unquoted claim after a quotation still needs its own marker
-    assert answer.check("The sign read 'Closed.' The shop stayed dark. It rained [1].", FIVE).uncited_claims == 2
+    assert cite.check("The sign read 'Closed.' The shop stayed dark. It rained [1].", FIVE).uncited_claims == 2
 
 
 # --- stage 06 on the real index -----------------------------------------------------------------------
@@ -254,29 +267,29 @@ def test_quoted_sentence_counts_no_phantom_claim():
 
 def top_scores(conn, embedder, queries):
     reranker = rerank.LexicalReranker()
-    return {q: max(s for _, s in answer.sources(conn, embedder, reranker, q)) for q in queries}
+    return {q: max(s for _, s in sources(conn, embedder, reranker, q)) for q in queries}
 
 
 def test_sources_are_the_pipelines_top_chunks_with_reranker_scores(indexed):
     conn, embedder, chunks = indexed
     query = "What did the kestrel-search load test measure?"
-    found = answer.sources(conn, embedder, rerank.LexicalReranker(), query)
-    final = rerank.pipeline(conn, embedder, rerank.LexicalReranker(), query, top_k=5)
+    found = sources(conn, embedder, rerank.LexicalReranker(), query)
+    final = pipeline.run(conn, Retriever(SCHEMA, embedder, rerank.LexicalReranker()), query, answer.SOURCES).final
     assert [(c.chunk_id, s) for c, s in found] == [(r.chunk_id, r.score) for r in final]
     by_id = {c.chunk_id: c for c in chunks}
     assert all(c == by_id[c.chunk_id] for c, _ in found)
-    assert len(answer.sources(conn, embedder, rerank.LexicalReranker(), query, top_k=3)) == 3
-    assert answer.sources(conn, embedder, rerank.LexicalReranker(), "-") == []
+    assert len(sources(conn, embedder, rerank.LexicalReranker(), query, top_k=3)) == 3
+    assert sources(conn, embedder, rerank.LexicalReranker(), "-") == []
 
 
 def test_off_corpus_questions_refuse_on_the_real_index(indexed):
     conn, embedder, _ = indexed
     fake = ScriptedQuery()
     for question in OFF_CORPUS:
-        found = answer.sources(conn, embedder, rerank.LexicalReranker(), question)
+        found = sources(conn, embedder, rerank.LexicalReranker(), question)
         draft = answer.assemble(question, [c for c, _ in found], scores=[s for _, s in found])
         assert draft.refused, question
-        assert answer.run(question, draft, query_fn=fake).faithfulness.refused
+        assert claude.run(question, draft, query_fn=fake).faithfulness.refused
     assert fake.calls == []
     assert len(OFF_CORPUS) == 6
 
@@ -300,27 +313,27 @@ def test_extractive_answers_are_faithful_on_the_golden_set(indexed, golden):
     reranker = rerank.LexicalReranker()
     answered, anchor_cited = 0, 0
     for q in golden:
-        found = answer.sources(conn, embedder, reranker, q.query)
+        found = sources(conn, embedder, reranker, q.query)
         chunks, scores = [c for c, _ in found], [s for _, s in found]
         citations = tuple(c.chunk_id for c in chunks)
         result = answer.extractive_answer(q.query, chunks, scores=scores)
         assert result == answer.extractive_answer(q.query, chunks, scores=scores)  # deterministic
         assert result.cost_usd == 0.0
-        assert result.faithfulness == answer.check(result.text, citations)
+        assert result.faithfulness == cite.check(result.text, citations)
         if result.faithfulness.refused:
-            assert result.text == answer.REFUSAL
+            assert result.text == cite.REFUSAL
             assert q.query_id in REFUSED_GOLDEN
             continue
         answered += 1
         assert result.faithfulness.uncited_claims == 0, (q.query_id, result.text)
-        assert answer.invalid_citations(result.text, citations) == [], (q.query_id, result.text)
+        assert cite.invalid_citations(result.text, citations) == [], (q.query_id, result.text)
         assert result.faithfulness.cited
         lines = result.text.splitlines()
         assert 1 <= len(lines) <= 3
         for line in lines:  # every line is a sentence of the source it cites, verbatim
             sentence, n = re.fullmatch(r"(.+) \[(\d+)\]", line).groups()
             assert " ".join(sentence.split()) in " ".join(chunks[int(n) - 1].text.split())
-        rel = metrics.relevant(chunks, q)
+        rel = golden_set.relevant(chunks, q)
         anchor_cited += any(citations[n - 1] in rel for n in result.faithfulness.cited)
     assert answered == 45
     assert anchor_cited >= 28  # a baseline: measured 30 of 45
@@ -329,7 +342,7 @@ def test_extractive_answers_are_faithful_on_the_golden_set(indexed, golden):
 def test_extractive_refuses_below_the_floor_and_without_matching_words():
     chunks = [chunk(1, "Seals are cut in brass by hand in the lane.")]
     assert answer.extractive_answer("seals brass", chunks, scores=[1.0]).faithfulness.refused
-    assert answer.extractive_answer("zebra quagga", chunks).text == answer.REFUSAL
+    assert answer.extractive_answer("zebra quagga", chunks).text == cite.REFUSAL
     result = answer.extractive_answer("who cuts seals in brass", chunks)
     assert result == Answer("Seals are cut in brass by hand in the lane. [1]", Faithfulness((1,), 0, False), 0.0)
 
@@ -350,11 +363,11 @@ def live_path(conn, embedder, golden, query_fn=None) -> dict:
     records = []
     for qid in LIVE_QUERIES:
         q = by_id[qid]
-        found = answer.sources(conn, embedder, rerank.LexicalReranker(), q.query)
+        found = sources(conn, embedder, rerank.LexicalReranker(), q.query)
         chunks, scores = [c for c, _ in found], [s for _, s in found]
         draft = answer.assemble(q.query, chunks, scores=scores)
-        result = answer.run(q.query, draft, query_fn=query_fn)
-        rel = metrics.relevant(chunks, q)
+        result = claude.run(q.query, draft, query_fn=query_fn)
+        rel = golden_set.relevant(chunks, q)
         cited = [draft.citations[n - 1] for n in result.faithfulness.cited]
         records.append({
             "query_id": qid, "kind": q.kind, "question": q.query, "answer": result.text,
@@ -362,9 +375,9 @@ def live_path(conn, embedder, golden, query_fn=None) -> dict:
                         for n, (c, s) in enumerate(found, 1)],
             "cited": cited, "anchor_cited": bool(rel.intersection(cited)),
             "uncited_claims": result.faithfulness.uncited_claims, "refused": result.faithfulness.refused,
-            "invalid_citations": answer.invalid_citations(result.text, draft.citations), "cost_usd": result.cost_usd,
+            "invalid_citations": cite.invalid_citations(result.text, draft.citations), "cost_usd": result.cost_usd,
         })
-    return {"date": datetime.date.today().isoformat(), "model": answer.MODEL, "embedder": embedder.name,
+    return {"date": datetime.date.today().isoformat(), "model": claude.MODEL, "embedder": embedder.name,
             "support_floor": answer.SUPPORT_FLOOR, "queries": records, "total_cost_usd": sum(r["cost_usd"] for r in records)}
 
 
@@ -383,10 +396,10 @@ def write_run(run: dict, directory) -> None:
 
 def test_live_answers_from_claude(indexed, golden):
     """Stage 09: three golden queries through real Claude; skipped without credentials."""
-    source = answer.claude_credentials()
+    source = claude.claude_credentials()
     if source is None:
-        reason = (f"no Claude credentials: set one of {', '.join(answer.CREDENTIAL_VARIABLES)} "
-                  f"(or {answer.LOGIN_VARIABLE}=login after `claude login`) to run the live answer test")
+        reason = (f"no Claude credentials: set one of {', '.join(claude.CREDENTIAL_VARIABLES)} "
+                  f"(or {claude.LOGIN_VARIABLE}=login after `claude login`) to run the live answer test")
         print(reason)
         pytest.skip(reason)
     conn, embedder, _ = indexed
@@ -403,8 +416,8 @@ def test_live_path_replayed_through_the_scripted_sdk(indexed, golden, tmp_path):
     replies = []
     for qid in LIVE_QUERIES:  # script a careful answer: the anchor sentence, cited with its source number
         q = by_id[qid]
-        found = [c for c, _ in answer.sources(conn, embedder, rerank.LexicalReranker(), q.query)]
-        n = next(i for i, c in enumerate(found, 1) if c.chunk_id in metrics.relevant(found, q))
+        found = [c for c, _ in sources(conn, embedder, rerank.LexicalReranker(), q.query)]
+        n = next(i for i, c in enumerate(found, 1) if c.chunk_id in golden_set.relevant(found, q))
         replies.append((f"According to the source, {q.anchor} [{n}]. The other sources do not add to this.\n[{n}]", 0.04))
     fake = ScriptedQuery(*replies)
     run = live_path(conn, embedder, golden, query_fn=fake)
@@ -436,14 +449,14 @@ def resource(pg_dsn):
 
 @pytest.fixture
 def no_credentials(monkeypatch):
-    for name in (*answer.CREDENTIAL_VARIABLES, answer.LOGIN_VARIABLE):
+    for name in (*claude.CREDENTIAL_VARIABLES, claude.LOGIN_VARIABLE):
         monkeypatch.delenv(name, raising=False)
 
 
 def materialize(resource, answers_config, selection):
     ops = {"documents": {"config": {"corpus_dir": str(CORPUS)}}, "answers": {"config": answers_config}}
     return dg.materialize(
-        [*dg.load_assets_from_modules([assets]), answers_defs.answers], partition_key="hash", selection=selection,
+        [*dg.load_assets_from_modules(RETRIEVAL_MODULES), answers_defs.answers], partition_key="hash", selection=selection,
         resources={"postgres": resource}, run_config={"ops": {k: v for k, v in ops.items() if k in selection}},
         raise_on_error=False,
     )
@@ -460,9 +473,9 @@ def test_answers_asset_is_live_and_outside_the_evaluation_job():
     asset = answers_defs.answers
     key = dg.AssetKey("answers")
     assert asset.group_names_by_key[key] == "live"
-    assert asset.partitions_def == assets.embedders
+    assert asset.partitions_def == embedders
     assert dg.AssetKey("chunk_index") in {dep.asset_key for dep in asset.specs_by_key[key].deps}
-    defs = dg.Definitions(assets=[*dg.load_assets_from_modules([assets]), asset], jobs=[evaluate_embedders],
+    defs = dg.Definitions(assets=[*dg.load_assets_from_modules(RETRIEVAL_MODULES), asset], jobs=[evaluate_embedders],
                           resources={"postgres": PostgresResource()})
     job_keys = defs.resolve_job_def("evaluate_embedders").asset_layer.selected_asset_keys
     assert key not in job_keys and dg.AssetKey("eval_run") in job_keys
@@ -475,9 +488,9 @@ def test_answers_asset_with_the_extractive_answerer(resource, no_credentials):
     meta = {k: v.value for k, v in event.materialization.metadata.items()}
     assert meta["answerer"] == "extractive" and meta["questions"] == 3
     assert meta["total_cost_usd"] == 0.0 and meta["refused"] == 0
-    with resource.connect(resource.schema("hash")) as conn:
+    with resource.connect() as conn:
         for i, question in enumerate(answers_defs.DEFAULT_QUESTIONS, 1):
-            found = answer.sources(conn, HashEmbedder(), rerank.LexicalReranker(), question)
+            found = sources(conn, HashEmbedder(), rerank.LexicalReranker(), question, schema=resource.schema("hash"))
             expected = answer.extractive_answer(question, [c for c, _ in found], scores=[s for _, s in found])
             assert meta[f"question_{i}/question"] == question
             assert meta[f"question_{i}/answer"] == expected.text
@@ -509,10 +522,10 @@ def test_answers_asset_without_credentials_fails_at_once(resource, no_credential
 
 
 def test_credentials_come_from_the_environment(monkeypatch, no_credentials):
-    assert answer.claude_credentials() is None
-    monkeypatch.setenv(answer.LOGIN_VARIABLE, "login")
-    assert answer.claude_credentials() == answer.LOGIN_VARIABLE
+    assert claude.claude_credentials() is None
+    monkeypatch.setenv(claude.LOGIN_VARIABLE, "login")
+    assert claude.claude_credentials() == claude.LOGIN_VARIABLE
     monkeypatch.setenv("CLAUDE_CODE_OAUTH_TOKEN", "placeholder")
-    assert answer.claude_credentials() == "CLAUDE_CODE_OAUTH_TOKEN"
+    assert claude.claude_credentials() == "CLAUDE_CODE_OAUTH_TOKEN"
     monkeypatch.setenv("ANTHROPIC_API_KEY", " ")
-    assert answer.claude_credentials() == "CLAUDE_CODE_OAUTH_TOKEN"  # blank values do not count
+    assert claude.claude_credentials() == "CLAUDE_CODE_OAUTH_TOKEN"  # blank values do not count

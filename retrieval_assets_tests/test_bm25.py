@@ -6,44 +6,49 @@ import bm25s
 import numpy as np
 import pytest
 
-from retrieval_assets import hybrid, pg, store
+from psycopg import sql
+
+from retrieval_assets import bm25, hybrid, pg, store, tsquery
 from retrieval_assets.embed import HashEmbedder
+from retrieval_assets.params import RetrievalParams
 from retrieval_assets.rerank import CorpusStats, LexicalReranker
-from retrieval_assets.types import Chunk
+from retrieval_assets.tables import statement
+from retrieval_assets.types import Chunk, Hit, Ranked
 from retrieval_assets_tests.test_hybrid import HOSTILE, Spy
 
 
-def lexeme_tokens(conn):
+def lexeme_tokens(conn, schema):
     """Every chunk's tsvector expanded into its token list (each lexeme once per position)."""
-    rows = conn.execute(
-        """SELECT chunk_id, coalesce(array_agg(lexeme ORDER BY lexeme) FILTER (WHERE lexeme IS NOT NULL), '{}'),
-                  coalesce(array_agg(cardinality(positions) ORDER BY lexeme) FILTER (WHERE lexeme IS NOT NULL), '{}')
-           FROM chunks LEFT JOIN LATERAL unnest(tsv) ON true GROUP BY chunk_id ORDER BY chunk_id"""
+    rows = conn.execute(statement(
+        schema,
+        """SELECT chunk_id, coalesce(array_agg(lexeme ORDER BY lexeme) FILTER (WHERE lexeme IS NOT NULL), '{{}}'),
+                  coalesce(array_agg(cardinality(positions) ORDER BY lexeme) FILTER (WHERE lexeme IS NOT NULL), '{{}}')
+           FROM {chunks} LEFT JOIN LATERAL unnest(tsv) ON true GROUP BY chunk_id ORDER BY chunk_id""")
     ).fetchall()
     return [r[0] for r in rows], [[lex for lex, n in zip(r[1], r[2]) for _ in range(n)] for r in rows]
 
 
-def peer_scorer(conn):
+def peer_scorer(conn, schema):
     """bm25s over the chunks' own lexemes: (chunk ids, query -> (scores by chunk, negated part))."""
-    ids, tokens = lexeme_tokens(conn)
+    ids, tokens = lexeme_tokens(conn, schema)
     peer = bm25s.BM25(k1=1.2, b=0.75, method="lucene", dtype="float64")
     peer.index(tokens, show_progress=False)
 
     def score(query):
-        positive, negative = hybrid.parse_query(conn, query)
-        terms = sorted({t.replace("''", "'") for t in hybrid._LEXEME.findall(positive or "")})
+        positive, negative = tsquery.parse_query(conn, query)
+        terms = sorted({t.replace("''", "'") for t in tsquery._LEXEME.findall(positive or "")})
         return (peer.get_scores(terms) if terms else np.zeros(len(ids))), negative
 
     return ids, score
 
 
-def test_scores_equal_bm25s_on_the_same_tokens(indexed, golden):
+def test_scores_equal_bm25s_on_the_same_tokens(indexed, schema, golden):
     conn, _, _ = indexed
-    ids, score = peer_scorer(conn)
+    ids, score = peer_scorer(conn, schema)
     compared = 0
     for q in golden:
         expected, negative = score(q.query)
-        hits = hybrid.bm25_search(conn, q.query, n=50)
+        hits = bm25.bm25_search(conn, schema, q.query, n=50)
         for h in hits:
             assert h.score == pytest.approx(float(expected[ids.index(h.chunk_id)]), abs=1e-6)
             compared += 1
@@ -53,31 +58,32 @@ def test_scores_equal_bm25s_on_the_same_tokens(indexed, golden):
     assert compared > 1000
 
 
-def stats_from_scratch(conn):
-    ids, tokens = lexeme_tokens(conn)
+def stats_from_scratch(conn, schema):
+    ids, tokens = lexeme_tokens(conn, schema)
     postings = sorted((lex, cid, toks.count(lex), len(toks)) for cid, toks in zip(ids, tokens) for lex in set(toks))
     df = Counter(lex for toks in tokens for lex in set(toks))
     return (len(ids), sum(len(t) for t in tokens)), postings, sorted(df.items())
 
 
-def stats_kept(conn):
-    n, total = conn.execute("SELECT n, total_len FROM bm25_stats").fetchone()
+def stats_kept(conn, schema):
+    n, total = conn.execute(statement(schema, "SELECT n, total_len FROM {bm25_stats}")).fetchone()
     return (
         (n, total),
-        sorted(conn.execute("SELECT term, chunk_id, tf, len FROM chunk_terms").fetchall()),
-        sorted(conn.execute("SELECT term, df FROM term_df").fetchall()),
+        sorted(conn.execute(statement(schema, "SELECT term, chunk_id, tf, len FROM {chunk_terms}")).fetchall()),
+        sorted(conn.execute(statement(schema, "SELECT term, df FROM {term_df}")).fetchall()),
     )
 
 
 @pytest.mark.parametrize("n", [1, 3, 10])
-def test_pruned_top_n_equals_bm25s(indexed, golden, n, monkeypatch):
+def test_pruned_top_n_equals_bm25s(indexed, schema, golden, n, monkeypatch):
     """Small n lets max-score pruning stop early: the answer must still be the exact top n.
 
     Lookups are made free so that the lead path runs even on this small corpus, where reading
     every posting is cheaper and is what bm25_search would otherwise choose."""
     conn, _, _ = indexed
-    monkeypatch.setattr(hybrid, "LOOKUP_COST", 0)
-    ids, score = peer_scorer(conn)
+    monkeypatch.setattr(bm25, "LOOKUP_COST", 0)
+    ids, score = peer_scorer(conn, schema)
+    read_all = statement(schema, bm25._ALL)
     pruned = 0
     for q in golden:
         expected, negative = score(q.query)
@@ -85,10 +91,10 @@ def test_pruned_top_n_equals_bm25s(indexed, golden, n, monkeypatch):
             continue
         top = sorted((i for i in range(len(ids)) if expected[i] > 0), key=lambda i: (-expected[i], ids[i]))[:n]
         spy = Spy(conn)
-        hits = hybrid.bm25_search(spy, q.query, n=n)
-        assert [h.chunk_id for h in hits] == [ids[i] for i in top], q.qid
+        hits = bm25.bm25_search(spy, schema, q.query, n=n)
+        assert [h.chunk_id for h in hits] == [ids[i] for i in top], q.query_id
         assert [h.score for h in hits] == pytest.approx([float(expected[i]) for i in top], abs=1e-6)
-        pruned += all(query != hybrid._BM25_ALL for query, _ in spy.calls)
+        pruned += all(query != read_all for query, _ in spy.calls)
     assert pruned >= len(golden) // 2  # the lead alone settled most queries
 
 
@@ -98,15 +104,19 @@ def make(doc, texts):
 
 @pytest.fixture()
 def scratch(pg_dsn, schema):
-    with pg.connect(pg_dsn, schema=schema + "_stats") as connection:
-        yield connection
-        connection.execute(f'DROP SCHEMA "{schema}_stats" CASCADE')
+    """(connection, a second schema of this module's, dropped afterwards)."""
+    name = schema + "_stats"
+    with pg.connect(pg_dsn) as connection:
+        try:
+            yield connection, name
+        finally:
+            connection.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(name)))
 
 
 def test_statistics_stay_exact_through_inserts_edits_and_deletions(scratch):
-    conn = scratch
-    store.drop(conn)
-    store.Schema.create(conn, 256)
+    conn, schema = scratch
+    store.drop(conn, schema)
+    store.create(conn, schema, 256)
     e = HashEmbedder()
     steps = [
         make("a", ["Ranking ranks the ranked lists", "the of and"]) + make("b", ["BM25 saturates term frequency"]),
@@ -115,45 +125,62 @@ def test_statistics_stay_exact_through_inserts_edits_and_deletions(scratch):
         [],
     ]
     for chunks in steps:
-        store.sync(conn, chunks, e)
-        assert stats_kept(conn) == stats_from_scratch(conn)
-    store.upsert(conn, make("c", ["upserted text counts too"]), e)
-    assert stats_kept(conn) == stats_from_scratch(conn)
-    store.drop(conn)
+        store.sync(conn, schema, chunks, e)
+        assert stats_kept(conn, schema) == stats_from_scratch(conn, schema)
+    store.upsert(conn, schema, make("c", ["upserted text counts too"]), e)
+    assert stats_kept(conn, schema) == stats_from_scratch(conn, schema)
+    store.drop(conn, schema)
 
 
 def test_backfill_of_a_table_that_predates_the_postings(scratch):
-    conn = scratch
-    store.drop(conn)
-    store.Schema.create(conn, 256)
-    store.sync(conn, make("a", ["alpha beta", "gamma delta gamma"]), HashEmbedder())
-    conn.execute("DROP TABLE chunk_terms, chunk_lengths, bm25_stats")
-    store.Schema.create(conn, 256)
-    assert stats_kept(conn) == stats_from_scratch(conn)
-    conn.execute("DROP TABLE term_df")  # postings from before document frequencies were kept
-    store.Schema.create(conn, 256)
-    assert stats_kept(conn) == stats_from_scratch(conn)
-    store.drop(conn)
+    conn, schema = scratch
+    store.drop(conn, schema)
+    store.create(conn, schema, 256)
+    store.sync(conn, schema, make("a", ["alpha beta", "gamma delta gamma"]), HashEmbedder())
+    conn.execute(statement(schema, "DROP TABLE {chunk_terms}, {chunk_lengths}, {bm25_stats}"))
+    store.create(conn, schema, 256)
+    assert stats_kept(conn, schema) == stats_from_scratch(conn, schema)
+    conn.execute(statement(schema, "DROP TABLE {term_df}"))  # postings from before document frequencies were kept
+    store.create(conn, schema, 256)
+    assert stats_kept(conn, schema) == stats_from_scratch(conn, schema)
+    store.drop(conn, schema)
 
 
 @pytest.mark.parametrize("query", HOSTILE + ["", "-", "-fusion -rank"])
-def test_hostile_queries_never_raise(indexed, query):
+def test_hostile_queries_never_raise(indexed, schema, query):
+    """Hostile text gives well-formed lists equal to their references (bm25s; RRF of both lists)."""
     conn, embedder, _ = indexed
-    hybrid.bm25_search(conn, query)
-    hybrid.search(conn, embedder, query, lexical="bm25", weights=(1.0, 2.0))
+    hits = bm25.bm25_search(conn, schema, query)
+    assert isinstance(hits, list) and all(isinstance(h, Hit) for h in hits)
+    assert [h.rank for h in hits] == list(range(1, len(hits) + 1))
+    ids, score = peer_scorer(conn, schema)
+    expected, negative = score(query)
+    for h in hits:
+        assert h.score == pytest.approx(float(expected[ids.index(h.chunk_id)]), abs=1e-6)
+    if negative is None:
+        top = sorted((i for i in range(len(ids)) if expected[i] > 0), key=lambda i: (-expected[i], ids[i]))[:50]
+        assert [h.chunk_id for h in hits] == [ids[i] for i in top]
+    params = RetrievalParams(lexical="bm25", weights=(1.0, 2.0))
+    fused = hybrid.search(conn, schema, embedder, query, params)
+    assert isinstance(fused, list) and all(isinstance(r, Ranked) for r in fused)
+    assert [r.rank for r in fused] == list(range(1, len(fused) + 1)) and len(fused) <= params.k
+    vector = hybrid.vector_search(conn, schema, embedder.embed([query])[0], params.n)
+    assert fused == hybrid.rrf([vector, hits], params.rrf_k, params.weights)[: params.k]
 
 
-def test_negated_terms_exclude(indexed):
+def test_negated_terms_exclude(indexed, schema):
     conn, _, chunks = indexed
     by_id = {c.chunk_id: c for c in chunks}
-    hits = hybrid.bm25_search(conn, "rank fusion -reciprocal", n=200)
+    hits = bm25.bm25_search(conn, schema, "rank fusion -reciprocal", n=200)
     assert hits and all("reciprocal" not in by_id[h.chunk_id].text.lower() for h in hits)
 
 
-def test_unknown_lexical_ranking_is_an_error(indexed):
+def test_unknown_lexical_ranking_is_an_error(indexed, schema):
     conn, embedder, _ = indexed
     with pytest.raises(ValueError, match="unknown lexical ranking 'tfidf'"):
-        hybrid.search(conn, embedder, "x", lexical="tfidf")
+        hybrid.lexical_search(conn, schema, "x", 10, "tfidf")
+    with pytest.raises(ValueError, match="lexical must be one of ts_rank_cd, bm25, got 'tfidf'"):
+        hybrid.search(conn, schema, embedder, "x", RetrievalParams(lexical="tfidf"))
 
 
 def test_reranker_with_corpus_idf():

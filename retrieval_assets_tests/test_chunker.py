@@ -1,11 +1,13 @@
 """Stage 01 on invented documents, plus properties on generated Markdown."""
 
+import json
 import re
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from retrieval_assets import chunker, cli
 from retrieval_assets.chunker import CorpusError, chunk, load_documents
 from retrieval_assets.types import Document
 
@@ -155,6 +157,24 @@ def test_load_documents_order_titles_bom_and_errors(tmp_path):
         load_documents(tmp_path)
     with pytest.raises(CorpusError, match="nowhere"):
         load_documents(tmp_path / "nowhere")
+
+
+def test_chunk_stats_command_prints_the_corpus_statistics(tmp_path, capsys):
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "docs" / "a.md").write_text("# A\n\n" + "\n\n".join("word " * 30 for _ in range(6)) + "\n")
+    (tmp_path / "docs" / "b.md").write_text("# B\n\nshort\n\n```\n" + "x = 1\n" * 80 + "```\n")
+    assert cli.main(["chunk-stats", "--corpus", str(tmp_path), "--max-chars", "200", "--overlap", "0"]) == 0
+    printed = json.loads(capsys.readouterr().out)
+    documents = load_documents(tmp_path)
+    assert printed == chunker.stats(documents, max_chars=200, overlap=0)
+    assert printed["documents"] == 2 and printed["oversized_chunks"] == 1
+    assert printed["chunks"] == sum(len(chunk(d, max_chars=200, overlap=0)) for d in documents)
+
+    assert cli.main(["chunk-stats", "--corpus", str(tmp_path / "nowhere")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and "corpus directory not found" in err and len(err.strip().splitlines()) == 1
+    assert cli.main(["chunk-stats", "--corpus", str(tmp_path), "--max-chars", "0"]) == 2
+    assert "max_chars" in capsys.readouterr().err
 
 
 # --- properties on generated Markdown -------------------------------------------------------

@@ -9,15 +9,20 @@ import dagster as dg
 import pytest
 import yaml
 
-from retrieval_assets import metrics, pg, rerank
-from retrieval_assets.defs import assets
+from psycopg import sql
+
+from retrieval_assets import evaluation, golden, pg
+from retrieval_assets.defs import corpus, diagnosis, index
+from retrieval_assets.defs import evaluation as evaluation_defs
 from retrieval_assets.defs.resources import PostgresResource
 from retrieval_assets.definitions import defs
 from retrieval_assets.defs.jobs import nightly_evaluation
 from retrieval_assets.embed import HashEmbedder
+from retrieval_assets.pipeline import Retriever
+from retrieval_assets.rerank import LexicalReranker
 from retrieval_assets_tests.conftest import CORPUS
 
-ALL = dg.load_assets_from_modules([assets])
+ALL = dg.load_assets_from_modules([corpus, index, evaluation_defs, diagnosis])
 PREFIX = "t_dagster_"
 REPORTS = Path(tempfile.mkdtemp(prefix="retrieval-reports-"))
 
@@ -26,8 +31,8 @@ REPORTS = Path(tempfile.mkdtemp(prefix="retrieval-reports-"))
 def resource(pg_dsn):
     yield PostgresResource(dsn=pg_dsn, schema_prefix=PREFIX)
     with pg.connect(pg_dsn) as conn:
-        for schema in ("hash", "hash_whatif", "retrieval_history"):
-            conn.execute(f'DROP SCHEMA IF EXISTS "{PREFIX}{schema}" CASCADE')
+        for schema in ("hash", "whatif_hash", "retrieval_history"):
+            conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(PREFIX + schema)))
 
 
 def run(resource, corpus=CORPUS, eval_config=None, partition="hash", selection=None, what_if=False):
@@ -67,9 +72,9 @@ def test_whole_graph_for_hash_matches_the_library(resource):
     chunks = result.output_for_node("chunks")
     assert index["rows"] == len(chunks) == 430 and index["dims"] == 256
     ev_meta = metadata(result, "eval_run")
-    with resource.connect(resource.schema("hash")) as conn:
-        golden = metrics.load_golden(CORPUS / "golden.yaml")
-        ev = metrics.evaluate_pipelines(conn, HashEmbedder(), rerank.LexicalReranker(), golden)
+    with resource.connect() as conn:
+        queries = golden.load_golden(CORPUS / "golden.yaml")
+        ev = evaluation.evaluate_pipelines(conn, Retriever(resource.schema("hash"), HashEmbedder(), LexicalReranker()), queries)
     for pipeline, m in ev.metrics.items():
         assert ev_meta[f"{pipeline}/recall@k"] == m.recall_at_k
         assert ev_meta[f"{pipeline}/mrr"] == m.mrr
@@ -85,8 +90,9 @@ def test_whole_graph_for_hash_matches_the_library(resource):
     assert any(k.startswith("rescued/hybrid-weights") for k in report)
     comparison = metadata(result, "embedder_comparison")
     assert comparison["hash/mmr/mrr"] == ev.metrics["mmr"].mrr
-    with resource.connect(resource.history_schema) as conn:
-        rows = dict(conn.execute("SELECT pipeline, mrr FROM eval_runs WHERE run_id = %s", (result.run_id,)).fetchall())
+    with resource.connect() as conn:
+        rows = dict(conn.execute(sql.SQL("SELECT pipeline, mrr FROM {} WHERE run_id = %s").format(
+            sql.Identifier(resource.history_schema, "eval_runs")), (result.run_id,)).fetchall())
     assert {p: rows[p] for p in ev.metrics} == {p: m.mrr for p, m in ev.metrics.items()}
     assert set(rows) == {*ev.metrics, "bm25:hybrid", "bm25:rerank", "bm25:mmr"}
     assert ev_meta["bm25:mmr/mrr"] == rows["bm25:mmr"]
@@ -111,8 +117,9 @@ def test_deleting_a_document_removes_its_chunks(resource, tmp_path):
         assert result.success
         index = metadata(result, "chunk_index")
         assert index["deleted"] == 13 and index["rows"] == 430 - 13
-        with resource.connect(resource.schema("hash")) as conn:
-            assert conn.execute("SELECT count(*) FROM chunks WHERE doc_id = 'bm25'").fetchone()[0] == 0
+        with resource.connect() as conn:
+            assert conn.execute(sql.SQL("SELECT count(*) FROM {} WHERE doc_id = 'bm25'").format(
+                sql.Identifier(resource.schema("hash"), "chunks"))).fetchone()[0] == 0
     finally:
         assert run(resource).success  # restore the full index for the other tests
 
@@ -127,16 +134,17 @@ def test_a_failing_floor_blocks_the_downstream_assets(resource):
 
 
 def test_missing_corpus_fails_documents_and_writes_nothing(resource, tmp_path):
-    with resource.connect(resource.schema("hash")) as conn:
-        before = conn.execute("SELECT count(*), max(xmin::text::bigint) FROM chunks").fetchone()
+    table = sql.Identifier(resource.schema("hash"), "chunks")
+    with resource.connect() as conn:
+        before = conn.execute(sql.SQL("SELECT count(*), max(xmin::text::bigint) FROM {}").format(table)).fetchone()
     result = run(resource, corpus=tmp_path / "nowhere")
     assert not result.success
     failure = next(e for e in result.all_events if e.event_type_value == "STEP_FAILURE")
     assert failure.step_key == "documents"
     assert "corpus directory not found" in failure.event_specific_data.error.to_string()
     assert not result.get_asset_materialization_events()
-    with resource.connect(resource.schema("hash")) as conn:
-        assert conn.execute("SELECT count(*), max(xmin::text::bigint) FROM chunks").fetchone() == before
+    with resource.connect() as conn:
+        assert conn.execute(sql.SQL("SELECT count(*), max(xmin::text::bigint) FROM {}").format(table)).fetchone() == before
 
 
 def test_unavailable_embedders_fail_at_once_with_a_message(resource):

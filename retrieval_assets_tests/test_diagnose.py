@@ -5,7 +5,12 @@ import re
 import pytest
 import yaml
 
-from retrieval_assets import diagnose, metrics, pg
+from psycopg import sql
+
+from retrieval_assets import cli, diagnose, partitions, pg
+from retrieval_assets.evaluation import evaluate_pipelines
+from retrieval_assets.params import RetrievalParams
+from retrieval_assets.pipeline import Retriever
 from retrieval_assets.rerank import LexicalReranker
 from retrieval_assets_tests.conftest import CORPUS
 
@@ -13,22 +18,22 @@ KEY = yaml.safe_load((CORPUS / "failure_key.yaml").read_text())
 
 
 @pytest.fixture(scope="module")
-def misses(indexed, golden):
+def misses(indexed, schema, golden):
     conn, embedder, _ = indexed
-    return diagnose.diagnose(conn, embedder, LexicalReranker(), golden, k=10, n=50)
+    return diagnose.diagnose(conn, Retriever(schema, embedder, LexicalReranker()), golden, RetrievalParams(k=10, n=50))
 
 
 @pytest.fixture(scope="module")
-def report(misses, indexed, golden, corpus_documents, pg_dsn, schema):
-    _, embedder, chunks = indexed
-    what_ifs = diagnose.what_if(lambda s: pg.connect(pg_dsn, schema=s), schema, embedder, LexicalReranker(), golden,
-                                corpus_documents, chunks, other=("minilm", None, schema + "_none"))
+def report(misses, indexed, golden, corpus_documents, schema):
+    conn, embedder, chunks = indexed
+    what_ifs = diagnose.what_if(conn, Retriever(schema, embedder, LexicalReranker()), golden, corpus_documents, chunks,
+                                RetrievalParams(k=10, n=50), scratch=schema + "_whatif", others={"minilm": None})
     return diagnose.Report("hash", 10, 50, len(golden), misses, what_ifs)
 
 
-def test_misses_are_exactly_the_queries_without_a_relevant_chunk_in_the_top_k(misses, indexed, golden):
+def test_misses_are_exactly_the_queries_without_a_relevant_chunk_in_the_top_k(misses, indexed, schema, golden):
     conn, embedder, _ = indexed
-    ev = metrics.evaluate_pipelines(conn, embedder, LexicalReranker(), golden)
+    ev = evaluate_pipelines(conn, Retriever(schema, embedder, LexicalReranker()), golden)
     assert {d.query.query_id for d in misses} == {q.query_id for q in ev.failures()}
     for d in misses:
         assert d.ranks["final"] is None
@@ -82,10 +87,31 @@ def test_classification_rules(ranks, neighbour, same_doc, expected):
     assert diagnose.classify(ranks, neighbour, same_doc, 10) == expected
 
 
-def test_cli_prints_the_same_report(pg_dsn, capsys, misses):
-    assert diagnose.main(["--corpus", str(CORPUS), "--dsn", pg_dsn, "--no-what-if"]) == 0
+def test_what_if_scratch_schema_is_dropped_afterwards(report, conn, schema):
+    assert report.what_ifs
+    assert conn.execute("SELECT count(*) FROM pg_namespace WHERE nspname = %s", (schema + "_whatif",)).fetchone()[0] == 0
+
+
+@pytest.fixture
+def cli_schemas(monkeypatch, pg_dsn, schema):
+    """The command line's schemas, prefixed with this module's schema name; dropped afterwards."""
+    unprefixed, mine = partitions.schema_name, schema + "_"
+    monkeypatch.setattr(partitions, "schema_name", lambda key, role="index", prefix="": unprefixed(key, role, mine + prefix))
+    names = [unprefixed("hash", role, mine) for role in ("cli", "whatif")]
+    yield names
+    with pg.connect(pg_dsn, autocommit=True) as admin:
+        for name in names:
+            admin.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(name)))
+
+
+def test_cli_prints_the_same_report(pg_dsn, capsys, misses, conn, cli_schemas):
+    assert cli.main(["diagnose", "--corpus", str(CORPUS), "--dsn", pg_dsn, "--no-what-if"]) == 0
     out = capsys.readouterr().out
     for d in misses:
         assert f"| {d.query.query_id} | {d.failure} | {d.fix} |" in out
-    assert diagnose.main(["--corpus", "missing/dir", "--dsn", pg_dsn]) == 2
-    assert "corpus directory not found" in capsys.readouterr().err
+    assert "## What-if experiments" not in out
+    # the command line indexed into its own (here: prefixed) schema
+    assert conn.execute("SELECT count(*) FROM pg_namespace WHERE nspname = %s", (cli_schemas[0],)).fetchone()[0] == 1
+    assert cli.main(["diagnose", "--corpus", "missing/dir", "--dsn", pg_dsn]) == 2
+    err = capsys.readouterr().err
+    assert "corpus directory not found" in err and err.startswith("error: ")

@@ -5,7 +5,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from retrieval_assets import golden as golden_set
 from retrieval_assets import hybrid, metrics
+from retrieval_assets.params import RetrievalParams
+from retrieval_assets.tables import statement
 from retrieval_assets.types import Hit
 
 HOSTILE = [
@@ -22,11 +25,11 @@ HOSTILE = [
 ]
 
 
-def test_vector_scores_are_one_minus_cosine_distance(indexed):
+def test_vector_scores_are_one_minus_cosine_distance(indexed, schema):
     conn, embedder, chunks = indexed
     by_id = {c.chunk_id: c for c in chunks}
     query = "how does reciprocal rank fusion merge two ranked lists"
-    hits = hybrid.vector_search(conn, embedder, query, n=20)
+    hits = hybrid.vector_search(conn, schema, embedder.embed([query])[0], n=20)
     assert [h.rank for h in hits] == list(range(1, 21))
     qv = embedder.embed([query])[0]
     vecs = embedder.embed([by_id[h.chunk_id].text for h in hits])
@@ -35,9 +38,9 @@ def test_vector_scores_are_one_minus_cosine_distance(indexed):
     assert all(a.score >= b.score - 1e-6 for a, b in zip(hits, hits[1:]))
 
 
-def test_vector_search_raises_ef_search_to_n(indexed):
+def test_vector_search_raises_ef_search_to_n(indexed, schema):
     conn, embedder, chunks = indexed
-    assert len(hybrid.vector_search(conn, embedder, "postgres index", n=200)) == 200
+    assert len(hybrid.vector_search(conn, schema, embedder.embed(["postgres index"])[0], n=200)) == 200
     # the setting is transaction-local: the session default is untouched
     assert conn.execute("SHOW hnsw.ef_search").fetchone()[0] == "40"
 
@@ -57,68 +60,73 @@ class Spy:
 
 
 @pytest.mark.parametrize(("n", "ef_search", "applied"), [(10, None, "40"), (60, None, "60"), (10, 400, "400"), (10, 5000, "1000")])
-def test_ef_search_can_be_raised_above_n(indexed, n, ef_search, applied):
+def test_ef_search_can_be_raised_above_n(indexed, schema, n, ef_search, applied):
     conn, embedder, _ = indexed
     spy = Spy(conn)
-    hits = hybrid.vector_search(spy, embedder, "postgres index", n=n, ef_search=ef_search)
+    vector = embedder.embed(["postgres index"])[0]
+    hits = hybrid.vector_search(spy, schema, vector, n=n, ef_search=ef_search)
     assert len(hits) == n
-    assert [p for q, p in spy.calls if "hnsw.ef_search" in q] == [(applied,)]
+    assert [p for q, p in spy.calls if isinstance(q, str) and "hnsw.ef_search" in q] == [(applied,)]
     with pytest.raises(ValueError, match="ef_search must be at least 1, got 0"):
-        hybrid.search(conn, embedder, "postgres index", ef_search=0)
+        hybrid.vector_search(conn, schema, vector, n=n, ef_search=0)
+    with pytest.raises(ValueError, match="ef_search must be a positive integer"):
+        RetrievalParams(ef_search=0)
 
 
-def test_text_search_ranks_by_ts_rank_cd_with_chunk_id_ties(indexed):
+def test_text_search_ranks_by_ts_rank_cd_with_chunk_id_ties(indexed, schema):
     conn, _, _ = indexed
-    hits = hybrid.text_search(conn, "BM25 saturation", n=50)
-    expected = conn.execute(
-        """SELECT chunk_id, ts_rank_cd(tsv, to_tsquery('english', 'bm25 | saturation'), 32) AS s FROM chunks
-           WHERE tsv @@ to_tsquery('english', 'bm25 | saturation') ORDER BY s DESC, chunk_id LIMIT 50"""
+    hits = hybrid.text_search(conn, schema, "BM25 saturation", n=50)
+    expected = conn.execute(statement(
+        schema,
+        """SELECT chunk_id, ts_rank_cd(tsv, to_tsquery('english', 'bm25 | saturation'), 32) AS s FROM {chunks}
+           WHERE tsv @@ to_tsquery('english', 'bm25 | saturation') ORDER BY s DESC, chunk_id LIMIT 50""")
     ).fetchall()
     assert [(h.chunk_id, h.rank) for h in hits] == [(cid, i) for i, (cid, _) in enumerate(expected, 1)]
     assert [h.score for h in hits] == pytest.approx([s for _, s in expected])
 
 
-def test_text_search_ors_words_instead_of_anding_them(indexed):
+def test_text_search_ors_words_instead_of_anding_them(indexed, schema):
     conn, _, _ = indexed
-    hits = hybrid.text_search(conn, "saturation zzzunknownword", n=50)
+    hits = hybrid.text_search(conn, schema, "saturation zzzunknownword", n=50)
     assert hits, "websearch_to_tsquery would AND the words and find nothing"
 
 
 @pytest.mark.parametrize("query", HOSTILE)
-def test_hostile_queries_never_raise_and_keep_vector_results(indexed, query):
+def test_hostile_queries_never_raise_and_keep_vector_results(indexed, schema, query):
     conn, embedder, _ = indexed
-    fused = hybrid.search(conn, embedder, query, n=50, top_k=10)
-    hybrid.text_search(conn, query)
+    fused = hybrid.search(conn, schema, embedder, query, RetrievalParams(n=50, k=10))
+    hybrid.text_search(conn, schema, query)
     if any(ch.isalnum() for ch in query):
         assert fused, query
 
 
 @pytest.mark.parametrize("query", ["", "-", "   ", "!!!", "'\"", "-\"\""])
-def test_queries_without_words_return_nothing_everywhere(indexed, query):
+def test_queries_without_words_return_nothing_everywhere(indexed, schema, query):
     conn, embedder, _ = indexed
-    assert hybrid.vector_search(conn, embedder, query) == []
-    assert hybrid.text_search(conn, query) == []
-    assert hybrid.search(conn, embedder, query) == []
+    assert hybrid.vector_search(conn, schema, embedder.embed([query])[0]) == []
+    assert hybrid.text_search(conn, schema, query) == []
+    assert hybrid.search(conn, schema, embedder, query) == []
 
 
-def test_negated_word_and_phrase_exclude_every_chunk_containing_them(indexed):
+def test_negated_word_and_phrase_exclude_every_chunk_containing_them(indexed, schema):
     conn, _, chunks = indexed
     by_id = {c.chunk_id: c for c in chunks}
-    plain = hybrid.text_search(conn, "rank fusion", n=200)
+    plain = hybrid.text_search(conn, schema, "rank fusion", n=200)
     assert any("reciprocal" in by_id[h.chunk_id].text.lower() for h in plain)
-    without = hybrid.text_search(conn, "rank fusion -reciprocal", n=200)
+    without = hybrid.text_search(conn, schema, "rank fusion -reciprocal", n=200)
     assert without and all("reciprocal" not in by_id[h.chunk_id].text.lower() for h in without)
     assert any("rank fusion" in by_id[h.chunk_id].text.lower() for h in plain)
-    no_phrase = hybrid.text_search(conn, 'ranking -"rank fusion"', n=200)
+    no_phrase = hybrid.text_search(conn, schema, 'ranking -"rank fusion"', n=200)
     assert no_phrase
     for h in no_phrase:
-        tsv = conn.execute("SELECT tsv @@ phraseto_tsquery('english', 'rank fusion') FROM chunks WHERE chunk_id = %s", (h.chunk_id,)).fetchone()[0]
+        tsv = conn.execute(statement(schema, "SELECT tsv @@ phraseto_tsquery('english', 'rank fusion') FROM {chunks} WHERE chunk_id = %s"),
+                           (h.chunk_id,)).fetchone()[0]
         assert not tsv
 
 
-def test_query_with_only_negations_returns_nothing(indexed):
+def test_query_with_only_negations_returns_nothing(indexed, schema):
     conn, embedder, _ = indexed
-    assert hybrid.text_search(conn, "-fusion -rank") == []
+    assert hybrid.text_search(conn, schema, "-fusion -rank") == []
 
 
 def _hits(ids):
@@ -157,25 +165,27 @@ def test_thirtieth_in_both_lists_beats_first_in_one():
 
 
 @pytest.mark.parametrize("query_id", ["q35", "q41"])
-def test_lexical_golden_query_found_by_full_text_missed_by_vectors(indexed, golden, query_id):
+def test_lexical_golden_query_found_by_full_text_missed_by_vectors(indexed, schema, golden, query_id):
     conn, embedder, chunks = indexed
     q = next(g for g in golden if g.query_id == query_id)
     assert q.kind == "lexical"
-    rel = metrics.relevant(chunks, q)
-    text_ids = [h.chunk_id for h in hybrid.text_search(conn, q.query, 10)]
-    vector_ids = [h.chunk_id for h in hybrid.vector_search(conn, embedder, q.query, 10)]
+    rel = golden_set.relevant(chunks, q)
+    text_ids = [h.chunk_id for h in hybrid.text_search(conn, schema, q.query, 10)]
+    vector_ids = [h.chunk_id for h in hybrid.vector_search(conn, schema, embedder.embed([q.query])[0], 10)]
     assert rel & set(text_ids)
     assert not rel & set(vector_ids)
 
 
-def test_fused_recall_at_10_beats_each_side(indexed, golden):
+def test_fused_recall_at_10_beats_each_side(indexed, schema, golden):
     conn, embedder, chunks = indexed
     recall = {"vector": [], "text": [], "fused": []}
+    params = RetrievalParams(n=50, k=10)
     for q in golden:
-        rel = metrics.relevant(chunks, q)
-        recall["vector"].append(metrics.recall_at_k([h.chunk_id for h in hybrid.vector_search(conn, embedder, q.query, 50)], rel, 10))
-        recall["text"].append(metrics.recall_at_k([h.chunk_id for h in hybrid.text_search(conn, q.query, 50)], rel, 10))
-        recall["fused"].append(metrics.recall_at_k([r.chunk_id for r in hybrid.search(conn, embedder, q.query, 50, 10)], rel, 10))
+        rel = golden_set.relevant(chunks, q)
+        vector = embedder.embed([q.query])[0]
+        recall["vector"].append(metrics.recall_at_k([h.chunk_id for h in hybrid.vector_search(conn, schema, vector, 50)], rel, 10))
+        recall["text"].append(metrics.recall_at_k([h.chunk_id for h in hybrid.text_search(conn, schema, q.query, 50)], rel, 10))
+        recall["fused"].append(metrics.recall_at_k([r.chunk_id for r in hybrid.search(conn, schema, embedder, q.query, params)], rel, 10))
     mean = {k: sum(v) / len(v) for k, v in recall.items()}
     assert mean["fused"] >= mean["vector"] and mean["fused"] >= mean["text"]
     assert mean["fused"] > min(mean["vector"], mean["text"])
@@ -183,7 +193,7 @@ def test_fused_recall_at_10_beats_each_side(indexed, golden):
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(query=st.text(max_size=200))
-def test_search_never_raises_on_random_text(indexed, query):
+def test_search_never_raises_on_random_text(indexed, schema, query):
     conn, embedder, _ = indexed
-    results = hybrid.search(conn, embedder, query)
+    results = hybrid.search(conn, schema, embedder, query)
     assert len(results) <= 10

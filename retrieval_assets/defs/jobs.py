@@ -3,7 +3,7 @@
 
 import dagster as dg
 
-from retrieval_assets.defs.assets import embedders
+from retrieval_assets.defs.partitions import embedders
 
 evaluate_embedders = dg.define_asset_job(
     "evaluate_embedders",

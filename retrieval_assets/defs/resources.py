@@ -1,25 +1,40 @@
-"""Postgres for the assets: ``RETRIEVAL_DSN`` when set, else the embedded default of ``pg.py``."""
+"""Postgres for the assets (``RETRIEVAL_DSN`` when set, else the embedded default of ``pg.py``),
+and the run executor."""
 
+import os
 
 import dagster as dg
 import psycopg
 
-from retrieval_assets import pg
-from retrieval_assets.embed import schema_for
+from retrieval_assets import partitions, pg
 
 
 class PostgresResource(dg.ConfigurableResource):
     """Connections to the retrieval database; each embedder partition works in its own schema."""
 
     dsn: str | None = None
-    schema_prefix: str = ""
+    schema_prefix: str = ""  # before every schema name (tests use their own)
 
-    def schema(self, partition: str) -> str:
-        return self.schema_prefix + schema_for(partition)
+    def schema(self, partition: str, role: str = "index") -> str:
+        return partitions.schema_name(partition, role, self.schema_prefix)
 
     @property
     def history_schema(self) -> str:
-        return self.schema_prefix + "retrieval_history"
+        return self.schema_prefix + partitions.HISTORY
 
-    def connect(self, schema: str | None = None) -> psycopg.Connection:
-        return pg.connect(self.dsn, schema=schema)
+    def connect(self) -> psycopg.Connection:
+        return pg.connect(self.dsn)
+
+
+@dg.definitions
+def resources() -> dg.Definitions:
+    # In-process executor: a run is a short chain of steps over one database, and the default
+    # multiprocess executor re-imports Dagster (about 1.2 s) in a new process for every step
+    # (measured: 17 s against 3.2 s for a four-asset graph on a 2-core machine).
+    return dg.Definitions(
+        resources={"postgres": PostgresResource(
+            dsn=dg.EnvVar("RETRIEVAL_DSN") if os.environ.get("RETRIEVAL_DSN") else None,
+            schema_prefix=os.environ.get("RETRIEVAL_SCHEMA_PREFIX", ""),
+        )},
+        executor=dg.in_process_executor,
+    )

@@ -1,0 +1,164 @@
+"""The command line: ``python -m retrieval_assets <command>``.
+
+Commands: ``index`` (sync a corpus into a partition's command-line schema), ``evaluate`` (the
+golden-set report), ``diagnose`` (the failure report with what-ifs), ``chunk-stats`` (corpus
+statistics) and ``answer`` (an extractive cited answer). Every command indexes into
+``partitions.schema_name(embedder, "cli")``, never the Dagster assets' schema. Every bad
+argument or input is one ``error: ...`` line on stderr and exit status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from retrieval_assets import answer, chunker, diagnose, evaluation, golden, partitions, pg, store
+from retrieval_assets.datasets import DatasetError
+from retrieval_assets.fastembed_models import ModelUnavailableError
+from retrieval_assets.params import DEFAULT, LEXICAL, RetrievalParams
+from retrieval_assets.pipeline import Retriever
+from retrieval_assets.rerank import CorpusStats, LexicalReranker
+
+PROJECT_CORPUS = Path(__file__).resolve().parents[1] / "fixtures" / "corpus"
+
+
+class UsageError(Exception):
+    """A bad command-line argument; printed as one line."""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str):  # one line instead of argparse's usage dump
+        raise UsageError(f"{self.prog}: {message}")
+
+
+def _parser() -> argparse.ArgumentParser:
+    top = _Parser(prog="python -m retrieval_assets", description=__doc__.split("\n\n")[0])
+    commands = top.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    specs = {
+        "index": "sync a corpus into the embedder's command-line schema",
+        "evaluate": "index, then print the golden-set report for hybrid, + rerank, + MMR",
+        "diagnose": "index, then print the failure report with its what-if experiments",
+        "chunk-stats": "print corpus statistics as JSON",
+        "answer": "index, then answer a question from the corpus with cited source sentences",
+    }
+    for name, help_text in specs.items():
+        p = commands.add_parser(name, help=help_text, description=help_text)
+        p.add_argument("--corpus", default=str(PROJECT_CORPUS), help=f"corpus directory (default: the fixture corpus, {PROJECT_CORPUS})")
+        p.add_argument("--max-chars", type=int, default=1200)
+        p.add_argument("--overlap", type=int, default=1)
+        if name == "chunk-stats":
+            continue
+        p.add_argument("--embedder", default="hash", choices=list(partitions.PARTITIONS))
+        p.add_argument("--dsn", default=None, help="Postgres DSN (default: $RETRIEVAL_DSN, else the embedded server)")
+        if name == "index":
+            continue
+        p.add_argument("--k", type=int, default=DEFAULT.k if name != "answer" else answer.SOURCES.k)
+        p.add_argument("--n", type=int, default=DEFAULT.n, help="fused candidate pool size")
+        p.add_argument("--mmr-lambda", type=float, default=DEFAULT.mmr_lambda)
+        p.add_argument("--lexical", default=DEFAULT.lexical, choices=LEXICAL, help="lexical list fused with vectors")
+        p.add_argument("--corpus-idf", action="store_true", help="BM25 rerank with corpus-level idf instead of the pool's")
+        if name == "evaluate":
+            p.add_argument("--failures", action="store_true", help="print query_id, kind, best_rank of every miss instead")
+            p.add_argument("--json", metavar="PATH", help="also write the numbers as JSON ('-' for stdout)")
+        elif name == "diagnose":
+            p.add_argument("--no-what-if", action="store_true", help="skip the what-if experiments")
+        elif name == "answer":
+            p.add_argument("question")
+    return top
+
+
+def _params(args) -> RetrievalParams:
+    try:
+        return DEFAULT.with_(k=args.k, n=args.n, mmr_lambda=args.mmr_lambda, lexical=args.lexical)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+
+
+def _chunks(args, documents):
+    return [c for d in documents for c in chunker.chunk(d, max_chars=args.max_chars, overlap=args.overlap)]
+
+
+def _index(conn, args, chunks):
+    """Sync ``chunks`` into the embedder's command-line schema: (schema, embedder, sync report)."""
+    embedder = partitions.embedder(args.embedder)
+    schema = partitions.schema_name(args.embedder, "cli")
+    store.create(conn, schema, embedder.dims)
+    return schema, embedder, store.sync(conn, schema, chunks, embedder)
+
+
+def _evaluate(conn, args, documents, chunks, out) -> None:
+    params = _params(args)
+    gold = golden.load_golden(Path(args.corpus) / "golden.yaml", documents)
+    schema, embedder, _ = _index(conn, args, chunks)
+    stats = CorpusStats.from_texts([c.text for c in chunks]) if args.corpus_idf else None
+    ev = evaluation.evaluate_pipelines(conn, Retriever(schema, embedder, LexicalReranker(corpus=stats)), gold, params)
+    if args.failures:
+        print("query_id\tkind\tbest_rank", file=out)
+        for q in ev.failures():
+            print(f"{q.query_id}\t{q.kind}\t{q.best_rank if q.best_rank is not None else 'none'}", file=out)
+    else:
+        print(f"embedder {embedder.name}, lexical list {params.lexical}, k={params.k}, n={params.n}: "
+              f"fused recall@{params.n} = {ev.pool_recall:.3f}", file=out)
+        for name, label in (("hybrid", "hybrid (RRF)"), ("rerank", "+ BM25 rerank"), ("mmr", f"+ MMR ({params.mmr_lambda})")):
+            print(f"\n{label}", file=out)
+            evaluation.report(ev.metrics[name], file=out)
+    if args.json:
+        text = json.dumps(evaluation.as_dict(ev), indent=2)
+        if args.json == "-":
+            print(text, file=out)
+        else:
+            Path(args.json).write_text(text + "\n")
+
+
+def _diagnose(conn, args, documents, chunks, out) -> None:
+    params = _params(args)
+    gold = golden.load_golden(Path(args.corpus) / "golden.yaml", documents)
+    schema, embedder, _ = _index(conn, args, chunks)
+    retriever = Retriever(schema, embedder, LexicalReranker())
+    misses = diagnose.diagnose(conn, retriever, gold, params)
+    what_ifs = [] if args.no_what_if else diagnose.what_if(
+        conn, retriever, gold, documents, chunks, params, scratch=partitions.schema_name(args.embedder, "whatif"))
+    print(diagnose.render(diagnose.Report(args.embedder, params.k, params.n, len(gold), misses, what_ifs)), end="", file=out)
+
+
+def _answer(conn, args, documents, chunks, out) -> None:
+    if not args.question.strip():
+        raise UsageError("the question is empty")
+    params = _params(args)
+    schema, embedder, _ = _index(conn, args, chunks)
+    found = answer.sources(conn, Retriever(schema, embedder, LexicalReranker()), args.question, params)
+    result = answer.extractive_answer(args.question, [c for c, _ in found], scores=[s for _, s in found])
+    print(result.text, file=out)
+    for n, (c, score) in enumerate(found, 1):
+        print(f"[{n}] {c.chunk_id} ({score:.2f})", file=out)
+
+
+def run(argv: list[str] | None = None, out=None) -> int:
+    """Parse ``argv`` and run the command; raises ``UsageError`` and the library's errors."""
+    out = out or sys.stdout
+    args = _parser().parse_args(argv)
+    documents = chunker.load_documents(args.corpus)
+    if args.command == "chunk-stats":
+        print(json.dumps(chunker.stats(documents, max_chars=args.max_chars, overlap=args.overlap), indent=2), file=out)
+        return 0
+    chunks = _chunks(args, documents)
+    with pg.connect(args.dsn) as conn:
+        if args.command == "index":
+            schema, embedder, report = _index(conn, args, chunks)
+            print(f"{schema}: {report.inserted} inserted, {report.updated} updated, {report.deleted} deleted, "
+                  f"{report.unchanged} unchanged, {report.embedded} embedded ({embedder.name})", file=out)
+        else:
+            {"evaluate": _evaluate, "diagnose": _diagnose, "answer": _answer}[args.command](conn, args, documents, chunks, out)
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``run``, with every expected failure as one ``error:`` line and exit status 2."""
+    try:
+        return run(argv)
+    except (UsageError, chunker.CorpusError, golden.GoldenError, DatasetError, pg.ConnectError,
+            ModelUnavailableError, ValueError, RuntimeError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2

@@ -1,0 +1,75 @@
+"""The corpus assets: documents, their chunks and the validated golden set (unpartitioned)."""
+
+import statistics
+from pathlib import Path
+
+import dagster as dg
+
+from retrieval_assets import chunker, golden
+from retrieval_assets.types import Chunk, Document
+
+PROJECT_ROOT = Path(__file__).resolve().parents[2]
+DEFAULT_CORPUS = str(PROJECT_ROOT / "fixtures" / "corpus")
+
+
+class CorpusConfig(dg.Config):
+    corpus_dir: str = DEFAULT_CORPUS
+
+
+class ChunkingConfig(dg.Config):
+    max_chars: int = 1200
+    overlap: int = 1
+
+
+def _preview(rows: list[dict], limit: int = 10) -> dg.MetadataValue:
+    if not rows:
+        return dg.MetadataValue.md("(empty)")
+    head = "| " + " | ".join(rows[0]) + " |\n|" + "---|" * len(rows[0]) + "\n"
+    body = "".join("| " + " | ".join(str(v).replace("|", "\\|").replace("\n", " ")[:80] for v in r.values()) + " |\n" for r in rows[:limit])
+    return dg.MetadataValue.md(head + body)
+
+
+@dg.asset(kinds={"python", "markdown"}, group_name="retrieval", description="The corpus documents: docs/*.md then stories/*.txt.")
+def documents(context: dg.AssetExecutionContext, config: CorpusConfig) -> list[Document]:
+    docs = chunker.load_documents(config.corpus_dir)
+    context.add_output_metadata(
+        {
+            "documents": len(docs),
+            "characters": sum(len(d.text) for d in docs),
+            "corpus_dir": config.corpus_dir,
+            "preview": _preview([{"doc_id": d.doc_id, "title": d.title, "characters": len(d.text)} for d in docs], 40),
+        }
+    )
+    return docs
+
+
+@dg.asset(kinds={"python"}, group_name="retrieval", description="Heading-aware chunks of every document (max_chars, overlap).")
+def chunks(context: dg.AssetExecutionContext, config: ChunkingConfig, documents: list[Document]) -> list[Chunk]:
+    out = [c for d in documents for c in chunker.chunk(d, max_chars=config.max_chars, overlap=config.overlap)]
+    per_doc = [sum(1 for c in out if c.doc_id == d.doc_id) for d in documents]
+    context.add_output_metadata(
+        {
+            "chunks": len(out),
+            "characters": sum(len(c.text) for c in out),
+            "oversized_chunks": sum(len(c.text) > config.max_chars for c in out),
+            "median_chunks_per_document": statistics.median(per_doc) if per_doc else 0,
+            "preview": _preview([{"chunk_id": c.chunk_id, "heading_path": c.heading_path, "chars": len(c.text), "text": c.text} for c in out]),
+        }
+    )
+    return out
+
+
+@dg.asset(
+    kinds={"python", "yaml"},
+    group_name="retrieval",
+    description="The validated golden query set (golden.yaml of the corpus).",
+    check_specs=[dg.AssetCheckSpec("anchors_inside_chunks", asset="golden_queries", blocking=True,
+                                   description="Every anchor lies inside a chunk of its document, so recall can reach 1.0.")],
+)
+def golden_queries(config: CorpusConfig, documents: list[Document], chunks: list[Chunk]):
+    queries = golden.load_golden(Path(config.corpus_dir) / "golden.yaml", documents)
+    unreachable = [q.query_id for q in queries if not golden.relevant(chunks, q)]
+    kinds = {k: sum(q.kind == k for q in queries) for k in golden.KINDS}
+    yield dg.Output(queries, metadata={"queries": len(queries), **{f"{k}_queries": v for k, v in kinds.items()}})
+    yield dg.AssetCheckResult(check_name="anchors_inside_chunks", passed=not unreachable,
+                              metadata={"unreachable": ", ".join(unreachable) or "none"})

@@ -1,0 +1,84 @@
+"""The golden query set: loading, validation and what counts as relevant (seed stage 05).
+
+Contract: ``load_golden`` reads golden.yaml (a list of queries, or a mapping with ``queries``)
+and raises ``GoldenError`` naming the file and the query id at fault. A chunk is relevant to a
+golden query when it belongs to the query's ``doc_id`` and its text contains the anchor
+(case-insensitive, whitespace-normalised).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+
+import psycopg
+import yaml
+from psycopg.rows import dict_row
+
+from retrieval_assets.tables import chunk_of, column_list, statement
+from retrieval_assets.types import Chunk, Document, GoldenQuery
+
+KINDS = ("factual", "conceptual", "lexical")
+_FIELDS = ("query_id", "kind", "query", "doc_id", "anchor")
+
+
+class GoldenError(ValueError):
+    """An invalid golden set; the message names the file and the query id at fault."""
+
+
+def normalise(text: str) -> str:
+    return " ".join(text.split()).lower()
+
+
+def load_golden(path: str | Path, documents: Sequence[Document] | None = None) -> list[GoldenQuery]:
+    """Read and validate golden.yaml (fields, kinds, unique ids, doc ids and anchors when given documents)."""
+    path = Path(path)
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise GoldenError(f"{path}: golden set not found") from None
+    except yaml.YAMLError as exc:
+        raise GoldenError(f"{path}: not valid YAML ({exc})") from None
+    items = data.get("queries") if isinstance(data, dict) else data
+    if not isinstance(items, list):
+        raise GoldenError(f"{path}: expected a list of queries (or a mapping with 'queries')")
+    texts = {d.doc_id: normalise(d.text) for d in documents} if documents is not None else None
+    seen: set[str] = set()
+    golden = []
+    for i, item in enumerate(items, 1):
+        qid = str(item.get("query_id", f"#{i}")) if isinstance(item, dict) else f"#{i}"
+        where = f"{path}: query {qid}"
+        if not isinstance(item, dict):
+            raise GoldenError(f"{where}: expected a mapping with {', '.join(_FIELDS)}")
+        for name in _FIELDS:
+            if not isinstance(item.get(name), str) or not item[name].strip():
+                raise GoldenError(f"{where}: missing or empty field '{name}'")
+        if item["kind"] not in KINDS:
+            raise GoldenError(f"{where}: unknown kind '{item['kind']}' (expected one of {', '.join(KINDS)})")
+        if qid in seen:
+            raise GoldenError(f"{where}: duplicate query_id")
+        seen.add(qid)
+        if texts is not None:
+            if item["doc_id"] not in texts:
+                raise GoldenError(f"{where}: doc_id '{item['doc_id']}' is not a document of the corpus")
+            if normalise(item["anchor"]) not in texts[item["doc_id"]]:
+                raise GoldenError(f"{where}: anchor '{item['anchor']}' does not occur in {item['doc_id']}")
+        golden.append(GoldenQuery(*(item[name].strip() for name in _FIELDS)))
+    return golden
+
+
+def relevant(chunks: Iterable[Chunk], q: GoldenQuery) -> set[str]:
+    anchor = normalise(q.anchor)
+    return {c.chunk_id for c in chunks if c.doc_id == q.doc_id and anchor in normalise(c.text)}
+
+
+def relevant_sets(conn: psycopg.Connection, schema: str, golden: Sequence[GoldenQuery]) -> dict[str, set[str]]:
+    """The relevant chunk ids of every golden query, from the chunks indexed in ``schema``."""
+    doc_ids = sorted({q.doc_id for q in golden})
+    with conn.cursor(row_factory=dict_row) as cur:
+        rows = cur.execute(statement(schema, "SELECT {columns} FROM {chunks} WHERE doc_id = ANY(%s)", columns=column_list()),
+                           (doc_ids,)).fetchall()
+    by_doc: dict[str, list[Chunk]] = {}
+    for r in rows:
+        by_doc.setdefault(r["doc_id"], []).append(chunk_of(r))
+    return {q.query_id: relevant(by_doc.get(q.doc_id, []), q) for q in golden}

@@ -1,0 +1,81 @@
+"""The retrieval pipeline: one query through both first-stage lists, fusion, rerank and MMR.
+
+Contract: ``run(conn, retriever, query, params)`` embeds the query once, searches the
+retriever's schema for the vector and lexical top ``params.n``, fuses them (RRF), reranks the
+whole fused pool with the retriever's reranker (when ``params.rerank`` and it has one), applies
+MMR (when ``params.mmr_lambda`` is set) and returns a ``Trace`` of every list, best first, with
+the pool's chunks as fetched once. Evaluation, diagnosis, answers, benchmarks and the assets
+all call it. User query text never raises.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import psycopg
+from psycopg.rows import dict_row
+
+from retrieval_assets import hybrid
+from retrieval_assets.embed import Embedder
+from retrieval_assets.params import DEFAULT, RetrievalParams
+from retrieval_assets.rerank import Reranker, mmr
+from retrieval_assets.tables import chunk_of, column_list, statement
+from retrieval_assets.types import Chunk, Hit, Ranked
+
+
+@dataclass(frozen=True)
+class Retriever:
+    """What a query is searched with: a partition's schema, its embedder, and a reranker (None: fusion only)."""
+
+    schema: str
+    embedder: Embedder
+    reranker: Reranker | None = None
+
+
+@dataclass(frozen=True)
+class Trace:
+    """Every list one query passes through: the two first-stage lists, fusion, rerank, MMR."""
+
+    query_vector: np.ndarray = field(repr=False)
+    vector: list[Hit]
+    text: list[Hit]
+    fused: list[Ranked]
+    reranked: list[Ranked]
+    final: list[Ranked]
+    chunks: dict[str, Chunk] = field(default_factory=dict, repr=False)  # the reranked pool, by chunk_id
+
+
+def fetch(conn: psycopg.Connection, schema: str, chunk_ids: list[str]) -> dict[str, tuple[Chunk, np.ndarray]]:
+    """``{chunk_id: (Chunk, embedding)}`` for the ids present in ``schema.chunks``."""
+    # binary: vectors arrive as float32 bytes, not text to parse
+    with conn.cursor(binary=True, row_factory=dict_row) as cur:
+        rows = cur.execute(statement(schema, "SELECT {columns} FROM {chunks} WHERE chunk_id = ANY(%s)",
+                                     columns=column_list("embedding")), (chunk_ids,)).fetchall()
+    return {r["chunk_id"]: (chunk_of(r), r["embedding"].to_numpy()) for r in rows}
+
+
+def run(conn: psycopg.Connection, retriever: Retriever, query: str, params: RetrievalParams = DEFAULT, *,
+        first_stage: Trace | None = None) -> Trace:
+    """The pipeline for one query, every intermediate list kept (``Trace.final``: the answer, top ``params.k``).
+
+    ``first_stage``: an earlier trace of the same query, ``n``, ``lexical`` and ``ef_search``
+    whose first-stage lists and query vector are reused (what-if experiments on the fusion
+    weights or the second stage).
+    """
+    if first_stage is None:
+        vector_q = retriever.embedder.embed([query])[0]
+        vector, text = hybrid.first_stage(conn, retriever.schema, vector_q, query, params)
+    else:
+        vector_q, vector, text = first_stage.query_vector, first_stage.vector, first_stage.text
+    fused = hybrid.rrf([vector, text], params.rrf_k, params.weights)[: params.n]
+    if retriever.reranker is None or not params.rerank or not fused:
+        return Trace(vector_q, vector, text, fused, fused, fused[: params.k])
+    rows = fetch(conn, retriever.schema, [r.chunk_id for r in fused])
+    pool = [rows[r.chunk_id][0] for r in fused if r.chunk_id in rows]
+    chunks = {c.chunk_id: c for c in pool}
+    reranked = retriever.reranker.rerank(query, pool, len(pool))
+    if params.mmr_lambda is None:
+        return Trace(vector_q, vector, text, fused, reranked, reranked[: params.k], chunks)
+    final = mmr(vector_q, reranked, [rows[r.chunk_id][1] for r in reranked], lam=params.mmr_lambda, top_k=params.k)
+    return Trace(vector_q, vector, text, fused, reranked, final, chunks)

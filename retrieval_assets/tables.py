@@ -1,0 +1,39 @@
+"""The tables of a partition's schema and the columns of ``chunks``: one owner for both.
+
+Contract: ``CHUNK_COLUMNS`` lists the stored columns of a ``types.Chunk`` with their Postgres
+types, in field order; every statement names its tables through ``statement(schema, ...)``,
+which qualifies each ``{table}`` placeholder with the schema (``sql.Identifier(schema, name)``),
+so nothing is ever resolved through the search_path.
+"""
+
+from __future__ import annotations
+
+from dataclasses import fields
+
+from psycopg import sql
+
+from retrieval_assets.types import Chunk
+
+_PG_TYPES = {"str": "text", "int": "int4"}  # Chunk's annotations (strings under postponed evaluation)
+
+# Postgres type of each Chunk field, in field order.
+CHUNK_COLUMNS: dict[str, str] = {f.name: _PG_TYPES[str(f.type)] for f in fields(Chunk)}
+
+# Every table a partition's schema holds: the chunks and the BM25 statistics kept beside them.
+TABLES = ("chunks", "chunk_lengths", "chunk_terms", "term_df", "bm25_stats")
+
+
+def column_list(*extra: str, prefix: str = "") -> sql.Composed:
+    """``chunk_id, doc_id, ...`` (the Chunk columns, then ``extra``), each column ``prefix.``-qualified."""
+    names = [*CHUNK_COLUMNS, *extra]
+    return sql.SQL(", ").join(sql.Identifier(prefix, n) if prefix else sql.Identifier(n) for n in names)
+
+
+def statement(schema: str, template: str, **extra: sql.Composable) -> sql.Composed:
+    """``template`` with ``{chunks}``, ``{chunk_terms}``, ... qualified by ``schema``, and ``extra`` filled in."""
+    return sql.SQL(template).format(**{t: sql.Identifier(schema, t) for t in TABLES}, **extra)
+
+
+def chunk_of(row: dict) -> Chunk:
+    """A ``Chunk`` from a row read with ``psycopg.rows.dict_row``, field by field."""
+    return Chunk(**{name: row[name] for name in CHUNK_COLUMNS})

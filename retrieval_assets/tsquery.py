@@ -1,0 +1,67 @@
+"""Full-text query parsing shared by both lexical lists (seed stage 03).
+
+Contract: ``parse_query`` never raises on user text; it returns the positive terms ORed and the
+negated terms ORed, as tsquery text (None when there are none), from ``websearch_to_tsquery``.
+``lexemes`` lists the distinct lexemes of a tsquery text (phrases count as their words).
+"""
+
+from __future__ import annotations
+
+import re
+
+import psycopg
+
+_LEXEME = re.compile(r"'((?:[^']|'')*)'")
+
+
+def clean(query: str) -> str:
+    """Postgres text cannot hold NUL; everything else is passed through as a parameter."""
+    return query.replace("\x00", " ")
+
+
+def _split_top_level(tsquery: str) -> list[str]:
+    """Split the text form of a tsquery at the ``&`` and ``|`` outside quotes and parentheses."""
+    parts, depth, quoted, current = [], 0, False, []
+    i = 0
+    while i < len(tsquery):
+        ch = tsquery[i]
+        if quoted:
+            current.append(ch)
+            if ch == "'":
+                if tsquery[i + 1 : i + 2] == "'":  # a doubled quote inside a lexeme
+                    current.append("'")
+                    i += 1
+                else:
+                    quoted = False
+        elif ch == "'":
+            quoted = True
+            current.append(ch)
+        elif ch in "()":
+            depth += 1 if ch == "(" else -1
+            current.append(ch)
+        elif ch in "&|" and depth == 0:
+            parts.append("".join(current).strip())
+            current = []
+        else:
+            current.append(ch)
+        i += 1
+    parts.append("".join(current).strip())
+    return [p for p in parts if p]
+
+
+def parse_query(conn: psycopg.Connection, query: str) -> tuple[str | None, str | None]:
+    """(positive terms ORed, negated terms ORed) as tsquery text, from websearch_to_tsquery."""
+    text = conn.execute("SELECT websearch_to_tsquery('english', %s)::text", (clean(query),)).fetchone()[0]
+    positive, negative = [], []
+    for term in _split_top_level(text):
+        if term.startswith("!"):
+            negative.append(term[1:].strip())
+        else:
+            positive.append(term)
+    join = lambda terms: " | ".join(f"( {t} )" for t in terms) or None  # noqa: E731
+    return join(positive), join(negative)
+
+
+def lexemes(tsquery: str) -> list[str]:
+    """The distinct lexemes of a tsquery text, sorted."""
+    return sorted({m.replace("''", "'") for m in _LEXEME.findall(tsquery)})
