@@ -1,0 +1,1 @@
+"""Scripts that guard the figures the project publishes (benchmarks/README.md); each prints, none asserts."""
