@@ -1,6 +1,7 @@
-"""Helpers shared by the benchmark scripts: machine description and summary statistics.
+"""Helpers shared by the benchmark scripts: machine description, schemas, summary statistics.
 
-Not a test module: the scripts print figures and never assert timings.
+Scripts import it as ``from benchmarks import common``. Not a test module: the scripts print
+figures and never assert timings.
 """
 
 from __future__ import annotations
@@ -15,6 +16,40 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 CORPUS = ROOT / "fixtures" / "corpus"
+RESULTS = ROOT / "benchmarks" / "results"
+
+
+def bench_schema(name: str, key: str = "hash") -> str:
+    """The scratch schema of benchmark ``name`` for partition ``key``: ``bench_<name>_<key>``
+    (``partitions.schema_name`` with the prefix ``bench_<name>_``, so no benchmark ever writes
+    into a partition's own schema)."""
+    from retrieval_assets import partitions
+
+    return partitions.schema_name(key, prefix=f"bench_{name}_")
+
+
+def scale_schema(size: int) -> str:
+    """The schema ``guards/scale.py`` indexes ``size`` synthetic chunks into (kept with ``--keep``)."""
+    return bench_schema(f"scale_{size}")
+
+
+THREAD_VARIABLES = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "NUMEXPR_NUM_THREADS")
+
+
+def single_thread() -> str:
+    """Set the BLAS/OpenMP thread variables to 1 and pin the process to one CPU; returns what was done.
+
+    Call it first in ``main``, before numpy is imported (scripts that use it import numpy and the
+    library inside their functions): numpy reads the variables when it loads.
+    """
+    for name in THREAD_VARIABLES:
+        os.environ[name] = "1"
+    done = "OMP/OPENBLAS/MKL_NUM_THREADS=1" + (" (numpy was loaded before: not in effect)" if "numpy" in sys.modules else "")
+    if hasattr(os, "sched_setaffinity"):
+        cpu = min(os.sched_getaffinity(0))
+        os.sched_setaffinity(0, {cpu})
+        return f"{done}, process pinned to CPU {cpu}"
+    return f"{done}, process not pinned"
 
 
 def cpu_model() -> str:
@@ -54,11 +89,11 @@ def code_version() -> str:
 
 def fixture():
     """The fixture corpus: (documents, their chunks, the golden queries checked against them)."""
-    from retrieval_assets import chunker, metrics
+    from retrieval_assets import chunker, golden
 
     documents = chunker.load_documents(CORPUS)
     chunks = [c for d in documents for c in chunker.chunk(d)]
-    return documents, chunks, metrics.load_golden(CORPUS / "golden.yaml", documents)
+    return documents, chunks, golden.load_golden(CORPUS / "golden.yaml", documents)
 
 
 def drop_schema(dsn: str | None, schema: str) -> None:
@@ -71,14 +106,11 @@ def drop_schema(dsn: str | None, schema: str) -> None:
         admin.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(schema)))
 
 
-def drop_chunks(conn) -> None:
-    """Drop the chunk table (and whatever store keeps beside it) in the connection's schema."""
+def drop_chunks(conn, schema: str) -> None:
+    """Drop the chunk table and the BM25 statistics beside it in ``schema`` (the schema stays)."""
     from retrieval_assets import store
 
-    if hasattr(store, "drop"):
-        store.drop(conn)
-    else:
-        conn.execute("DROP TABLE IF EXISTS chunks")
+    store.drop(conn, schema)
 
 
 def load_numbers() -> str:

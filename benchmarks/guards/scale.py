@@ -2,15 +2,16 @@
 
 Run (from the project root; the 100k size takes a few minutes on 2 cores):
 
-    uv run python benchmarks/scale.py                        # 1k, 10k, 100k; writes the results
-    uv run python benchmarks/scale.py --sizes 1000 10000 --out - --plot ''
-    uv run python benchmarks/scale.py --plot-only            # redraw docs/scale.png from scale.json
+    uv run python -m benchmarks.guards.scale                  # 1k, 10k, 100k; writes the results
+    uv run python -m benchmarks.guards.scale --sizes 1000 10000 --out - --json '' --plot ''
+    uv run python -m benchmarks.guards.scale --plot-only      # redraw docs/scale.png from scale.json
 
-Every size runs in its own child process, so its peak memory (``ru_maxrss``) is its own, and
-in its own schema ``bench_scale_<size>`` of the embedded Postgres (or ``$RETRIEVAL_DSN``),
-dropped first (and afterwards unless ``--keep``). Per size, with the hash embedder:
+Every size runs in its own child process (``python -m benchmarks.guards.scale --one <size>``),
+so its peak memory (``ru_maxrss``) is its own, and in its own schema ``bench_scale_<size>_hash``
+(``common.scale_schema``) of the embedded Postgres (or ``$RETRIEVAL_DSN``), dropped first (and
+afterwards unless ``--keep``). Per size, with the hash embedder:
 
-1. ``store.Schema.create``, then the synthetic corpus (benchmarks/synthetic.py, ``--topics``
+1. ``store.create``, then the synthetic corpus (retrieval_assets/synthetic.py, ``--topics``
    subjects; ``--topics 0`` for independent words) is generated and chunked.
 2. Index: one ``store.sync`` call with every chunk, as the ``chunk_index`` asset makes it. From
    ``store.BULK_MIN`` chunks into an empty table that is the bulk load (embeddings streamed per
@@ -21,9 +22,10 @@ dropped first (and afterwards unless ``--keep``). Per size, with the hash embedd
 4. Sizes: ``pg_table_size`` (heap + TOAST) and ``pg_relation_size`` of every index.
 5. Queries: ``--queries`` queries of 2-4 words drawn from the corpus vocabulary (with its own
    Zipf weights). One unmeasured pass runs every query through every kind (warm caches), then
-   a timed pass runs each query through ``hybrid.vector_search``, ``hybrid.text_search``
-   (ts_rank_cd), ``hybrid.bm25_search`` and ``hybrid.search`` with either lexical list
-   (n=50, top 10; query embedding included), in an order rotated per query; p50 and p95.
+   a timed pass runs each query through ``hybrid.vector_search`` (query embedding included),
+   ``hybrid.text_search`` (ts_rank_cd), ``bm25.bm25_search`` and ``hybrid.search`` with either
+   lexical list (``RetrievalParams(n=50, k=10)``; query embedding included), in an order rotated
+   per query; p50 and p95.
 6. HNSW recall@10 of ``vector_search(n)`` (ef_search = max(n, 40)) against exact search
    (same query with ``SET LOCAL enable_indexscan = off``), for several n; a hit counts when
    its distance is within the exact 10th distance (equal vectors are not misses). The plan is
@@ -45,18 +47,19 @@ import sys
 import time
 from pathlib import Path
 
-from _common import code_version, cpu_model, drop_schema, pct  # noqa: E402
-from _common import load_numbers as loadavg  # noqa: E402
+from benchmarks import common
+from benchmarks.common import load_numbers as loadavg
+from benchmarks.common import pct
 
-ROOT = Path(__file__).resolve().parents[1]
-RESULTS = ROOT / "benchmarks" / "results"
+ROOT = common.ROOT
+RESULTS = common.RESULTS
 TARGETS = {"index_s": 90.0, "hybrid_p50_ms": 50.0, "recall": 0.95, "peak_mb": 1024.0}
 RECALL_NS = (10, 50, 100, 200, 400, 1000)
 HEADLINE_N = 50  # the pipeline's default pool: vector_search(n=50) runs with ef_search = 50
 
 
 def machine() -> dict:
-    cpu = cpu_model()
+    cpu = common.cpu_model()
     try:
         mem_gib = int(next(line.split()[1] for line in Path("/proc/meminfo").read_text().splitlines() if line.startswith("MemTotal"))) / 1024 / 1024
     except (OSError, StopIteration, ValueError):
@@ -98,65 +101,69 @@ class PhaseLog(logging.Handler):
 
 def run_size(size: int, *, queries: int, keep: bool, dsn: str | None, seed: int, topics: int) -> dict:
     """One size, in this process: returns the measurements as a dict."""
-    from synthetic import Corpus
-
-    from retrieval_assets import hybrid, pg, store
+    from retrieval_assets import bm25, hybrid, pg, store, tsquery
     from retrieval_assets.embed import HashEmbedder
+    from retrieval_assets.params import EF_SEARCH_MAX, RetrievalParams
+    from retrieval_assets.synthetic import Corpus
+    from retrieval_assets.tables import statement
 
-    schema = f"bench_scale_{size}"
+    schema = common.scale_schema(size)
     out: dict = {"chunks": size, "schema": schema, "topics": topics, "load_before": loadavg()}
-    drop_schema(dsn, schema)
+    common.drop_schema(dsn, schema)
     corpus = Corpus(seed, topics=topics)
     embedder = HashEmbedder(256)
     timed = TimedEmbedder(embedder)
     phases = PhaseLog()
     logging.getLogger("retrieval_assets.store").addHandler(phases)
     logging.getLogger("retrieval_assets.store").setLevel(logging.INFO)
-    with pg.connect(dsn, schema=schema) as conn:
+    with pg.connect(dsn) as conn:
         out["postgres"] = conn.execute("SHOW server_version").fetchone()[0]
         out["pgvector"] = conn.execute("SELECT extversion FROM pg_extension WHERE extname = 'vector'").fetchone()[0]
-        store.Schema.create(conn, embedder.dims)
+        store.create(conn, schema, embedder.dims)
 
         # -- index: one store.sync call, as the chunk_index asset makes it -----------------------
         t0 = time.perf_counter()
         chunks = list(corpus.chunks(size))
         out["gen_chunk_s"] = time.perf_counter() - t0
         t0 = time.perf_counter()
-        report = store.sync(conn, chunks, timed)
+        report = store.sync(conn, schema, chunks, timed)
         out["index_s"] = time.perf_counter() - t0
         del chunks
-        assert report.inserted == size == store.count(conn), (report, size)
+        assert report.inserted == size == store.count(conn, schema), (report, size)
         out["path"] = "bulk" if phases.phases else "row by row"
         out["phases"] = phases.phases
         out["build_memory"] = store.BUILD_MEMORY
         out["max_parallel_maintenance_workers"] = conn.execute("SHOW max_parallel_maintenance_workers").fetchone()[0]
-        out["documents"] = conn.execute("SELECT count(DISTINCT doc_id) FROM chunks").fetchone()[0]
+        out["documents"] = conn.execute(statement(schema, "SELECT count(DISTINCT doc_id) FROM {chunks}")).fetchone()[0]
         out["embed_s"] = timed.seconds
         out["chunks_per_s"] = size / out["index_s"]
 
         # -- disk ----------------------------------------------------------------------------------
+        table = statement(schema, "{chunks}").as_string(conn)
         row = conn.execute(
             "SELECT pg_relation_size(t), pg_table_size(t), pg_indexes_size(t), pg_total_relation_size(t) "
-            "FROM (SELECT format('%I.chunks', current_schema())::regclass AS t) x"
+            "FROM (SELECT %s::regclass AS t) x", (table,)
         ).fetchone()
         out.update(heap_bytes=row[0], table_bytes=row[1], indexes_bytes=row[2], total_bytes=row[3])
         out["index_bytes"] = dict(conn.execute(
-            "SELECT indexname, pg_relation_size(format('%I.%I', schemaname, indexname)::regclass) FROM pg_indexes "
-            "WHERE schemaname = current_schema() AND tablename = 'chunks'"
+            "SELECT indexname, pg_relation_size(format('%%I.%%I', schemaname, indexname)::regclass) FROM pg_indexes "
+            "WHERE schemaname = %s AND tablename = 'chunks'", (schema,)
         ).fetchall())
         out["postings_bytes"] = conn.execute(
             "SELECT coalesce(sum(pg_total_relation_size(c.oid)), 0)::bigint FROM pg_class c "
-            "WHERE c.relnamespace = current_schema()::regnamespace AND c.relname IN ('chunk_terms', 'chunk_lengths') AND c.relkind = 'r'"
+            "WHERE c.relnamespace = (SELECT oid FROM pg_namespace WHERE nspname = %s) "
+            "AND c.relname IN ('chunk_terms', 'chunk_lengths') AND c.relkind = 'r'", (schema,)
         ).fetchone()[0]
 
         # -- latency ---------------------------------------------------------------------------------
         qs = corpus.queries(queries)
+        params = RetrievalParams(n=50, k=10)
         kinds = {
-            "vector": lambda q: hybrid.vector_search(conn, embedder, q, 50),
-            "text": lambda q: hybrid.text_search(conn, q, 50),
-            "bm25": lambda q: hybrid.bm25_search(conn, q, 50),
-            "hybrid": lambda q: hybrid.search(conn, embedder, q, n=50, top_k=10),
-            "hybrid_bm25": lambda q: hybrid.search(conn, embedder, q, n=50, top_k=10, lexical="bm25"),
+            "vector": lambda q: hybrid.vector_search(conn, schema, embedder.embed([q])[0], params.n),
+            "text": lambda q: hybrid.text_search(conn, schema, q, params.n),
+            "bm25": lambda q: bm25.bm25_search(conn, schema, q, params.n),
+            "hybrid": lambda q: hybrid.search(conn, schema, embedder, q, params),
+            "hybrid_bm25": lambda q: hybrid.search(conn, schema, embedder, q, params.with_(lexical="bm25")),
         }
         for q in qs:  # warm-up: caches, plans, the embedder's token cache
             for fn in kinds.values():
@@ -176,7 +183,7 @@ def run_size(size: int, *, queries: int, keep: bool, dsn: str | None, seed: int,
         # how many rows the OR full-text query must rank: the cost driver of text search
         matches = [
             conn.execute(
-                "SELECT count(*) FROM chunks, CAST(%s AS tsquery) q WHERE tsv @@ q", (hybrid.parse_query(conn, q)[0],)
+                statement(schema, "SELECT count(*) FROM {chunks}, CAST(%s AS tsquery) q WHERE tsv @@ q"), (tsquery.parse_query(conn, q)[0],)
             ).fetchone()[0]
             for q in qs[:50]
         ]
@@ -188,13 +195,14 @@ def run_size(size: int, *, queries: int, keep: bool, dsn: str | None, seed: int,
             with conn.transaction():
                 conn.execute("SET LOCAL enable_indexscan = off")
                 return conn.execute(
-                    "SELECT chunk_id, embedding <=> %(q)s FROM chunks ORDER BY embedding <=> %(q)s LIMIT 10", {"q": vec}
+                    statement(schema, "SELECT chunk_id, embedding <=> %(q)s FROM {chunks} ORDER BY embedding <=> %(q)s LIMIT 10"), {"q": vec}
                 ).fetchall()
 
         def uses_hnsw(vec, n: int) -> bool:
             with conn.transaction():
-                conn.execute("SELECT set_config('hnsw.ef_search', %s, true)", (str(min(max(n, 40), hybrid.EF_SEARCH_MAX)),))
-                plan = conn.execute("EXPLAIN SELECT chunk_id FROM chunks ORDER BY embedding <=> %s LIMIT %s", (vec, n)).fetchall()
+                conn.execute("SELECT set_config('hnsw.ef_search', %s, true)", (str(min(max(n, 40), EF_SEARCH_MAX)),))
+                plan = conn.execute(statement(schema, "EXPLAIN SELECT chunk_id FROM {chunks} ORDER BY embedding <=> %s LIMIT %s"),
+                                    (vec, n)).fetchall()
             return any("chunks_embedding_hnsw" in r[0] for r in plan)
 
         def recall(query_texts: list[str], ns) -> dict:
@@ -206,7 +214,7 @@ def run_size(size: int, *, queries: int, keep: bool, dsn: str | None, seed: int,
                 for q, ex in truth:
                     kth, ids = ex[-1][1], {cid for cid, _ in ex}
                     t0 = time.perf_counter()
-                    got = hybrid.vector_search(conn, embedder, q, n)[:10]
+                    got = hybrid.vector_search(conn, schema, embedder.embed([q])[0], n)[:10]
                     seconds.append(time.perf_counter() - t0)
                     hits += sum(1 for h in got if 1 - h.score <= kth + 1e-6) / len(ex)
                     by_id += len(ids & {h.chunk_id for h in got}) / len(ex)
@@ -220,7 +228,7 @@ def run_size(size: int, *, queries: int, keep: bool, dsn: str | None, seed: int,
         out["recall_passages"] = recall(passages, [HEADLINE_N])[HEADLINE_N]
 
     if not keep:
-        drop_schema(dsn, schema)
+        common.drop_schema(dsn, schema)
     out["peak_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux: KiB
     out["load_after"] = loadavg()
     return out
@@ -263,8 +271,8 @@ def markdown(results: list[dict], info: dict) -> str:
         f"max_parallel_maintenance_workers {big.get('max_parallel_maintenance_workers')}); code {info.get('revision', '?')}.",
         "The machine was shared with other work: load averages (1/5/15 min) before and after each size: "
         + "; ".join(f"{_label(r['chunks'])}: {r.get('load_before', '?')} -> {r.get('load_after', '?')}" for r in results) + ".",
-        f"Reproduce: `uv run python benchmarks/scale.py{'' if big.get('topics', 0) == 300 else ' --topics %d' % big.get('topics', 0)}` "
-        f"(synthetic corpus of benchmarks/synthetic.py, seed 0, {big.get('topics', 0)} topics; hash embedder, 256 dims).",
+        f"Reproduce: `uv run python -m benchmarks.guards.scale{'' if big.get('topics', 0) == 300 else ' --topics %d' % big.get('topics', 0)}` "
+        f"(synthetic corpus of retrieval_assets/synthetic.py, seed 0, {big.get('topics', 0)} topics; hash embedder, 256 dims).",
         "",
         "| | " + " | ".join(cols) + " |",
         "|---|" + "---:|" * len(cols),
@@ -347,7 +355,8 @@ def plot(results: list[dict], info: dict, path: Path) -> None:
 
 
 def _child(args: list[str]) -> dict:
-    done = subprocess.run([sys.executable, __file__, *args], capture_output=True, text=True, cwd=ROOT)
+    done = subprocess.run([sys.executable, "-m", __spec__.name if __spec__ else "benchmarks.guards.scale", *args],
+                          capture_output=True, text=True, cwd=ROOT)
     if done.returncode != 0:
         raise RuntimeError(f"{' '.join(args)} failed:\n{done.stderr}")
     return json.loads(done.stdout.strip().splitlines()[-1])
@@ -366,7 +375,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--queries", type=int, default=200)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--topics", type=int, default=300, help="subjects of the synthetic corpus (0: independent words)")
-    parser.add_argument("--keep", action="store_true", help="keep the bench_scale_* schemas")
+    parser.add_argument("--keep", action="store_true", help="keep the bench_scale_<size>_hash schemas")
     parser.add_argument("--dsn", default=None)
     parser.add_argument("--out", default=str(RESULTS / "scale.md"), help="Markdown report ('-': print only)")
     parser.add_argument("--json", default=str(RESULTS / "scale.json"), help="raw numbers ('' to skip)")
@@ -374,7 +383,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--plot-only", action="store_true", help="redraw the report and plot from --json")
     parser.add_argument("--one", type=int, help=argparse.SUPPRESS)  # child mode: one size, JSON on stdout
     args = parser.parse_args(argv)
-    common = ["--seed", str(args.seed), *(["--dsn", args.dsn] if args.dsn else [])]
+    shared = ["--seed", str(args.seed), *(["--dsn", args.dsn] if args.dsn else [])]
 
     if args.one is not None:
         print(json.dumps(run_size(args.one, queries=args.queries, keep=args.keep, dsn=args.dsn, seed=args.seed, topics=args.topics)))
@@ -384,14 +393,14 @@ def main(argv: list[str] | None = None) -> int:
         data = json.loads(Path(args.json).read_text())
         results, info = [_normalise(r) for r in data["results"]], data["machine"]
     else:
-        info = {**machine(), "revision": code_version()}
+        info = {**machine(), "revision": common.code_version()}
         results = []
         for size in sorted(args.sizes):
             print(f"size {size:,}: running ({loadavg()})", file=sys.stderr, flush=True)
             t0 = time.perf_counter()
             try:
                 result = _normalise(_child(["--one", str(size), "--queries", str(args.queries), "--topics", str(args.topics),
-                                            *(["--keep"] if args.keep else []), *common]))
+                                            *(["--keep"] if args.keep else []), *shared]))
                 result["child_wall_s"] = time.perf_counter() - t0
             except RuntimeError as exc:
                 print(exc, file=sys.stderr)

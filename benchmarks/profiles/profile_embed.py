@@ -1,21 +1,19 @@
 """Where HashEmbedder.embed spends its time: cold (every text new to the instance) and warm.
 
-Run: uv run python benchmarks/profile_embed.py [--repeats 5] [--cprofile]
-One core (OMP/OPENBLAS threads 1, process pinned); figures from process CPU time, which other
-load on the machine inflates less than wall time. Prints figures only; never asserts.
+Run: uv run python -m benchmarks.profiles.profile_embed [--repeats 5] [--cprofile]
+One core (OMP/OPENBLAS threads 1, process pinned: common.single_thread, before numpy and the
+embedder are imported, so they are imported inside main); figures from process CPU time, which
+other load on the machine inflates less than wall time. Prints figures only; never asserts.
+Behind 5c8fad1 (HashEmbedder: row offsets added in numpy, local cache lookups), adopted.
 
 "Cold-distinct" embeds each distinct corpus text once on a new instance: every token is hashed
 once (blake2b through hashlib, one call per distinct token), so it is the indexing cost of a new
 corpus. "Warm" re-embeds texts whose tokens are all cached. The components are timed alone:
-tokenising (lower + findall), and hashing the distinct token set with the embedder's own _code.
+tokenising (lower + findall), and hashing the distinct token set with the embedder's own _code
+(the embedder's private tokeniser pattern and hash: what is profiled has no public twin).
 """
 
 from __future__ import annotations
-
-import os
-
-for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "NUMEXPR_NUM_THREADS"):
-    os.environ[_var] = "1"
 
 import argparse
 import cProfile
@@ -23,10 +21,8 @@ import gc
 import pstats
 import time
 
-from _common import CORPUS, print_load_end, print_machine
-
+from benchmarks import common
 from retrieval_assets import chunker
-from retrieval_assets.embed import _WORD, HashEmbedder
 
 
 def cpu(fn, repeats: int) -> float:
@@ -44,16 +40,17 @@ def batches(embedder, texts, batch=64):
         embedder.embed(texts[i : i + batch])
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--cprofile", action="store_true", help="also print cProfile's top functions, cold and warm")
-    args = parser.parse_args()
-    if hasattr(os, "sched_setaffinity"):
-        os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})
-    print_machine({"threads": "OMP/OPENBLAS/MKL_NUM_THREADS=1, process pinned to one CPU"})
+    args = parser.parse_args(argv)
+    threads = common.single_thread()  # before numpy is imported
+    from retrieval_assets.embed import _WORD, HashEmbedder
 
-    documents = chunker.load_documents(CORPUS)
+    common.print_machine({"threads": threads})
+
+    documents = chunker.load_documents(common.CORPUS)
     distinct = [c.text for d in documents for c in chunker.chunk(d)]
     words = [_WORD.findall(t.lower()) for t in distinct]
     uniq_words = {w for ws in words for w in ws}
@@ -86,8 +83,9 @@ def main() -> None:
             prof.disable()
             print(f"\ncProfile, {label}:")
             pstats.Stats(prof).sort_stats("tottime").print_stats(8)
+    common.print_load_end()
+    return 0
 
 
 if __name__ == "__main__":
-    main()
-    print_load_end()
+    raise SystemExit(main())
