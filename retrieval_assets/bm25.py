@@ -198,7 +198,8 @@ _LEAD = f"""
 LOOKUP_COST = 12
 
 
-def _hits(rows) -> list[Hit]:
+def as_hits(rows) -> list[Hit]:
+    """``(chunk_id, score)`` rows, best first, as ranked ``Hit``s (ranks from 1)."""
     return [Hit(chunk_id, float(score), rank) for rank, (chunk_id, score) in enumerate(rows, 1)]
 
 
@@ -235,8 +236,8 @@ def bm25_search(conn: psycopg.Connection, schema: str, query: str, n: int = 50, 
     while lead < len(terms) and np.sum(dfs[:lead]) * len(terms) * LOOKUP_COST < np.sum(dfs):
         found = conn.execute(statement(schema, _LEAD), {**params, "lead": terms[:lead]}).fetchall()
         if len(found) == n and found[-1][1] >= bound_rest[lead - 1]:
-            return _hits(found)
+            return as_hits(found)
         # the n-th score only grows with the lead: skip to the first lead whose bound it reaches
         reached = int(np.argmax(bound_rest <= found[-1][1])) + 1 if len(found) == n else 0
         lead = max(lead + 1, reached)
-    return _hits(conn.execute(statement(schema, _ALL), params).fetchall())
+    return as_hits(conn.execute(statement(schema, _ALL), params).fetchall())

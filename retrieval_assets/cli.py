@@ -3,7 +3,8 @@
 Commands: ``index`` (sync a corpus into a partition's command-line schema), ``evaluate`` (the
 golden-set report), ``diagnose`` (the failure report with what-ifs), ``chunk-stats`` (corpus
 statistics) and ``answer`` (an extractive cited answer). Every command indexes into
-``partitions.schema_name(embedder, "cli")``, never the Dagster assets' schema. Every bad
+``partitions.schema_name(embedder, "cli")`` (after ``$RETRIEVAL_SCHEMA_PREFIX``), never the
+Dagster assets' schema. Every bad
 argument or input is one ``error: ...`` line on stderr and exit status 2.
 """
 
@@ -83,7 +84,7 @@ def _chunks(args, documents):
 def _index(conn, args, chunks):
     """Sync ``chunks`` into the embedder's command-line schema: (schema, embedder, sync report)."""
     embedder = partitions.embedder(args.embedder)
-    schema = partitions.schema_name(args.embedder, "cli")
+    schema = partitions.schema_name(args.embedder, "cli", partitions.env_prefix())
     store.create(conn, schema, embedder.dims)
     return schema, embedder, store.sync(conn, schema, chunks, embedder)
 
@@ -119,7 +120,7 @@ def _diagnose(conn, args, documents, chunks, out) -> None:
     retriever = Retriever(schema, embedder, LexicalReranker())
     misses = diagnose.diagnose(conn, retriever, gold, params)
     what_ifs = [] if args.no_what_if else diagnose.what_if(
-        conn, retriever, gold, documents, chunks, params, scratch=partitions.schema_name(args.embedder, "whatif"))
+        conn, retriever, gold, documents, chunks, params, scratch=partitions.schema_name(args.embedder, "whatif", partitions.env_prefix()))
     print(diagnose.render(diagnose.Report(args.embedder, params.k, params.n, len(gold), misses, what_ifs)), end="", file=out)
 
 

@@ -14,16 +14,12 @@ from collections.abc import Sequence
 import numpy as np
 import psycopg
 
-from retrieval_assets.bm25 import bm25_search
+from retrieval_assets.bm25 import as_hits, bm25_search
 from retrieval_assets.embed import Embedder
 from retrieval_assets.params import DEFAULT, EF_SEARCH_MAX, RetrievalParams
 from retrieval_assets.tables import statement
 from retrieval_assets.tsquery import parse_query
 from retrieval_assets.types import Hit, Ranked
-
-
-def _hits(rows) -> list[Hit]:
-    return [Hit(chunk_id, float(score), rank) for rank, (chunk_id, score) in enumerate(rows, 1)]
 
 
 def vector_search(conn: psycopg.Connection, schema: str, vector: np.ndarray, n: int = DEFAULT.n, *,
@@ -46,7 +42,7 @@ def vector_search(conn: psycopg.Connection, schema: str, vector: np.ndarray, n: 
             statement(schema, "SELECT chunk_id, 1 - (embedding <=> %(q)s) FROM {chunks} ORDER BY embedding <=> %(q)s LIMIT %(n)s"),
             {"q": np.asarray(vector, dtype=np.float32), "n": n},
         ).fetchall()
-    return _hits(rows)
+    return as_hits(rows)
 
 
 def text_search(conn: psycopg.Connection, schema: str, query: str, n: int = DEFAULT.n) -> list[Hit]:
@@ -62,7 +58,7 @@ def text_search(conn: psycopg.Connection, schema: str, query: str, n: int = DEFA
            LIMIT %(n)s"""),
         {"pos": positive, "neg": negative, "n": n},
     ).fetchall()
-    return _hits(rows)
+    return as_hits(rows)
 
 
 LEXICAL = {"ts_rank_cd": text_search, "bm25": bm25_search}  # the keys are params.LEXICAL

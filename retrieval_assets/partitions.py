@@ -9,12 +9,14 @@ schedule read this module; nothing else builds a schema name.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from retrieval_assets.embed import Embedder, HashEmbedder
 
-HISTORY = "retrieval_history"  # the schema of the eval_runs history (after the resource's prefix)
+HISTORY = "retrieval_history"  # the schema of the eval_runs history (after the prefix)
+PREFIX_VARIABLE = "RETRIEVAL_SCHEMA_PREFIX"  # put before every schema name by the assets and the command line
 
 # What a schema is for: the partition's own index, or a scratch index beside it.
 ROLES = {
@@ -72,6 +74,11 @@ def get(key: str) -> Partition:
 def embedder(key: str) -> Embedder:
     """A new embedder of partition ``key``."""
     return get(key).make_embedder()
+
+
+def env_prefix() -> str:
+    """The schema prefix of this process: ``$RETRIEVAL_SCHEMA_PREFIX``, else none."""
+    return os.environ.get(PREFIX_VARIABLE, "")
 
 
 def schema_name(key: str, role: str = "index", prefix: str = "") -> str:

@@ -89,3 +89,17 @@ def indexed(conn, schema, corpus_documents):
     chunks = [c for d in corpus_documents for c in chunk(d)]
     store.sync(conn, schema, chunks, embedder)
     return conn, embedder, chunks
+
+
+@pytest.fixture
+def cli_schemas(monkeypatch, pg_dsn, schema):
+    """The command line's schemas under this module's prefix (``$RETRIEVAL_SCHEMA_PREFIX``); dropped afterwards."""
+    from retrieval_assets import partitions
+
+    prefix = schema + "_"
+    monkeypatch.setenv(partitions.PREFIX_VARIABLE, prefix)
+    names = [partitions.schema_name("hash", role, prefix) for role in ("cli", "whatif")]
+    yield names
+    with pg.connect(pg_dsn, autocommit=True) as admin:
+        for name in names:
+            admin.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(name)))

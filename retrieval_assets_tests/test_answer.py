@@ -17,17 +17,16 @@ import pytest
 import yaml
 from claude_agent_sdk import AssistantMessage, ClaudeAgentOptions, ResultMessage, TextBlock
 
-from retrieval_assets import answer, claude, pg, rerank
+from retrieval_assets import answer, claude, pg, pipeline, rerank
 from retrieval_assets import citations as cite
 from retrieval_assets import golden as golden_set
 from retrieval_assets.defs import answers as answers_defs
 from retrieval_assets.defs import corpus, diagnosis, evaluation, index
-from retrieval_assets.defs.partitions import embedders
-from retrieval_assets import pipeline
-from retrieval_assets.pipeline import Retriever
 from retrieval_assets.defs.jobs import evaluate_embedders
+from retrieval_assets.defs.partitions import embedders
 from retrieval_assets.defs.resources import PostgresResource
 from retrieval_assets.embed import HashEmbedder
+from retrieval_assets.pipeline import Retriever
 from retrieval_assets.types import Answer, Chunk, Draft, Faithfulness
 from retrieval_assets_tests.conftest import CORPUS
 
@@ -42,7 +41,7 @@ def sources(conn, embedder, reranker, query, top_k=answer.SOURCES.k, schema=SCHE
 PROJECT_ROOT = CORPUS.parents[1]
 OFF_CORPUS = yaml.safe_load((CORPUS / "off_corpus.yaml").read_text())
 LIVE_QUERIES = ("q03", "q28", "q41")  # one per kind: factual, conceptual, lexical
-# Measured by benchmarks/support_floor.py on the hash index: these three golden queries top out
+# Measured by benchmarks/calibration/support_floor.py on the hash index: these three golden queries top out
 # below the floor (5.33, 6.62, 7.16); the other 45 clear it.
 REFUSED_GOLDEN = {"q20", "q33", "q34"}
 

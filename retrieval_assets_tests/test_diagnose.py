@@ -5,9 +5,7 @@ import re
 import pytest
 import yaml
 
-from psycopg import sql
-
-from retrieval_assets import cli, diagnose, partitions, pg
+from retrieval_assets import cli, diagnose
 from retrieval_assets.evaluation import evaluate_pipelines
 from retrieval_assets.params import RetrievalParams
 from retrieval_assets.pipeline import Retriever
@@ -90,18 +88,6 @@ def test_classification_rules(ranks, neighbour, same_doc, expected):
 def test_what_if_scratch_schema_is_dropped_afterwards(report, conn, schema):
     assert report.what_ifs
     assert conn.execute("SELECT count(*) FROM pg_namespace WHERE nspname = %s", (schema + "_whatif",)).fetchone()[0] == 0
-
-
-@pytest.fixture
-def cli_schemas(monkeypatch, pg_dsn, schema):
-    """The command line's schemas, prefixed with this module's schema name; dropped afterwards."""
-    unprefixed, mine = partitions.schema_name, schema + "_"
-    monkeypatch.setattr(partitions, "schema_name", lambda key, role="index", prefix="": unprefixed(key, role, mine + prefix))
-    names = [unprefixed("hash", role, mine) for role in ("cli", "whatif")]
-    yield names
-    with pg.connect(pg_dsn, autocommit=True) as admin:
-        for name in names:
-            admin.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(name)))
 
 
 def test_cli_prints_the_same_report(pg_dsn, capsys, misses, conn, cli_schemas):

@@ -9,9 +9,9 @@ import math
 
 import pytest
 import pytrec_eval
-from psycopg import sql
 
-from retrieval_assets import cli, golden as golden_set, metrics, partitions, pg
+from retrieval_assets import cli, metrics
+from retrieval_assets import golden as golden_set
 from retrieval_assets.evaluation import PIPELINES, evaluate_pipelines, report
 from retrieval_assets.params import RetrievalParams
 from retrieval_assets.pipeline import Retriever
@@ -119,18 +119,6 @@ def test_report_prints_all_and_each_kind(evaluation, capsys):
     report(evaluation.metrics["mmr"])
     lines = capsys.readouterr().out.strip().splitlines()
     assert [line.split()[0] for line in lines[1:]] == ["all", "factual", "conceptual", "lexical"]
-
-
-@pytest.fixture
-def cli_schemas(monkeypatch, pg_dsn, schema):
-    """The command line's schemas, prefixed with this module's schema name; dropped afterwards."""
-    unprefixed, mine = partitions.schema_name, schema + "_"
-    monkeypatch.setattr(partitions, "schema_name", lambda key, role="index", prefix="": unprefixed(key, role, mine + prefix))
-    names = [unprefixed("hash", role, mine) for role in ("cli", "whatif")]
-    yield names
-    with pg.connect(pg_dsn, autocommit=True) as admin:
-        for name in names:
-            admin.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(name)))
 
 
 def test_cli_report_failures_and_json(pg_dsn, tmp_path, capsys, evaluation, conn, cli_schemas):

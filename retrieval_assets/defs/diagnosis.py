@@ -30,7 +30,7 @@ def failure_report(context: dg.AssetExecutionContext, config: DiagnoseConfig, po
                    chunks: list[Chunk]) -> dg.MaterializeResult:
     key = context.partition_key
     retriever = Retriever(postgres.schema(key), partitions.embedder(key), LexicalReranker())
-    params = eval_run.params.with_(lexical="ts_rank_cd")
+    params = eval_run.params  # the ts_rank_cd evaluation, the pipeline this report explains
     with postgres.connect() as conn:
         misses = diagnose.diagnose(conn, retriever, golden_queries, params)
         what_ifs = []

@@ -34,7 +34,7 @@ def resources() -> dg.Definitions:
     return dg.Definitions(
         resources={"postgres": PostgresResource(
             dsn=dg.EnvVar("RETRIEVAL_DSN") if os.environ.get("RETRIEVAL_DSN") else None,
-            schema_prefix=os.environ.get("RETRIEVAL_SCHEMA_PREFIX", ""),
+            schema_prefix=partitions.env_prefix(),
         )},
         executor=dg.in_process_executor,
     )
