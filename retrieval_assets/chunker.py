@@ -1,9 +1,12 @@
 """Load a corpus and cut documents into heading-aware chunks (seed stage 01).
 
 Contract:
-- ``load_documents(corpus_dir)``: one Document per ``docs/*.md`` then ``stories/*.txt``, each
-  sorted by name; ``doc_id`` is the file stem, ``title`` the first H1 of a Markdown file or the
-  first non-blank line of a story. Files must be UTF-8 (a BOM is dropped); CRLF is kept as is.
+- ``load_documents(corpus_dir)``: with a ``docs/`` or ``stories/`` folder (the seed layout), one
+  Document per ``docs/*.md`` then ``stories/*.txt``, each sorted by name, ``doc_id`` the file
+  stem; otherwise one per ``*.md`` at any depth (hidden folders skipped), sorted by path,
+  ``doc_id`` the relative path without ``.md`` (``guides/setup``). ``title``: the first H1 of a
+  Markdown file, else its first non-blank line. Files must be UTF-8 (a BOM is dropped); CRLF is
+  kept as is. A missing, non-directory, unreadable or empty corpus raises ``CorpusError``.
 - ``chunk(doc, max_chars=1200, overlap=1)``: headings (``#`` to ``######`` then a space, outside
   a fence) open sections; blank lines separate blocks; a fenced code block is one block; blocks
   are packed greedily up to ``max_chars`` and never split; the next chunk carries ``overlap``
@@ -37,6 +40,8 @@ def _read_text(path: Path) -> str:
         text = path.read_bytes().decode("utf-8")
     except UnicodeDecodeError as exc:
         raise CorpusError(f"{path}: not UTF-8 ({exc.reason} at byte {exc.start})") from None
+    except OSError as exc:
+        raise CorpusError(f"{path}: cannot read ({exc.strerror or exc})") from None
     return text.removeprefix("\ufeff")
 
 
@@ -61,20 +66,35 @@ def _markdown_title(text: str) -> str | None:
     return None
 
 
-def load_documents(corpus_dir: str | Path) -> list[Document]:
-    """Read ``docs/*.md`` then ``stories/*.txt`` of a corpus directory, each sorted by name."""
+def corpus_files(corpus_dir: str | Path) -> list[tuple[str, Path]]:
+    """``(doc_id, path)`` of every document of a corpus directory, in load order (see the contract)."""
     root = Path(corpus_dir)
-    if not root.is_dir():
+    if not root.exists():
         raise CorpusError(f"corpus directory not found: {root}")
-    paths = sorted((root / "docs").glob("*.md")) + sorted((root / "stories").glob("*.txt"))
-    if not paths:
-        raise CorpusError(f"{root}: no docs/*.md or stories/*.txt files")
+    if not root.is_dir():
+        raise CorpusError(f"{root}: the corpus must be a directory, not a file")
+    try:
+        if (root / "docs").is_dir() or (root / "stories").is_dir():
+            paths = sorted((root / "docs").glob("*.md")) + sorted((root / "stories").glob("*.txt"))
+            found = [(p.stem, p) for p in paths]
+        else:
+            paths = sorted(p for p in root.rglob("*.md") if not any(part.startswith(".") for part in p.relative_to(root).parts))
+            found = [(p.relative_to(root).with_suffix("").as_posix(), p) for p in paths]
+    except OSError as exc:
+        raise CorpusError(f"{root}: cannot read the corpus directory ({exc.strerror or exc})") from None
+    if not found:
+        raise CorpusError(f"{root}: no Markdown files (*.md at any depth, or docs/*.md and stories/*.txt)")
+    return found
+
+
+def load_documents(corpus_dir: str | Path) -> list[Document]:
+    """Read every document of a corpus directory (see the contract for the layouts)."""
     documents = []
-    for path in paths:
+    for doc_id, path in corpus_files(corpus_dir):
         text = _read_text(path)
         first_line = next((line.strip() for _, _, line in _lines(text) if line.strip()), "")
         title = _markdown_title(text) if path.suffix == ".md" else None
-        documents.append(Document(doc_id=path.stem, title=title or first_line or path.stem, text=text))
+        documents.append(Document(doc_id=doc_id, title=title or first_line or doc_id, text=text))
     return documents
 
 

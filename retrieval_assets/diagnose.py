@@ -17,16 +17,15 @@ Classification rules, applied in this order to the evidence of one miss:
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
 import psycopg
 from psycopg import sql
 
-from retrieval_assets import chunker, pipeline, store
-from retrieval_assets.evaluation import evaluate_pipelines
-from retrieval_assets.golden import relevant_sets
+from retrieval_assets import chunker, store
+from retrieval_assets.evaluation import Evaluation, evaluate_pipelines
 from retrieval_assets.metrics import first_relevant_rank
 from retrieval_assets.params import DEFAULT, RetrievalParams
 from retrieval_assets.pipeline import Retriever
@@ -109,22 +108,25 @@ def classify(ranks: dict[str, int | None], neighbour, same_doc, k: int) -> str:
 def diagnose(conn: psycopg.Connection, retriever: Retriever, golden: Sequence[GoldenQuery],
              params: RetrievalParams = DEFAULT) -> list[Diagnosis]:
     """Every golden query without a relevant chunk in the final top ``params.k``, explained."""
-    rel = relevant_sets(conn, retriever.schema, golden)
+    return explain(conn, retriever.schema, evaluate_pipelines(conn, retriever, golden, params), golden)
+
+
+def explain(conn: psycopg.Connection, schema: str, ev: Evaluation, golden: Sequence[GoldenQuery]) -> list[Diagnosis]:
+    """The misses of an evaluation already run (its per-query ranks and query vectors), explained:
+    no query is searched again; only a miss's exact vector rank is computed."""
+    by_id = {q.query_id: q for q in golden}
     out = []
-    for q in golden:
-        t = pipeline.run(conn, retriever, q.query, params)
-        relevant = rel[q.query_id]
-        lists = {"vector": t.vector, "text": t.text, "fused": t.fused, "reranked": t.reranked, "final": t.final}
-        ranks = {name: first_relevant_rank([h.chunk_id for h in hits], relevant) for name, hits in lists.items()}
-        if ranks["final"] is not None:
+    for r in ev.queries:
+        if r.ranks["final"] is not None:
             continue
-        ranks["exact_vector"] = exact_vector_rank(conn, retriever.schema, t.query_vector, sorted(relevant))
-        top = tuple(r.chunk_id for r in t.final)
-        adjacent = {(doc, i + d) for doc, i in map(_index, relevant) for d in (-1, 1)}
+        q = by_id[r.query_id]
+        ranks = {**r.ranks, "exact_vector": exact_vector_rank(conn, schema, r.query_vector, r.relevant)}
+        top = r.ranked["mmr"]
+        adjacent = {(doc, i + d) for doc, i in map(_index, r.relevant) for d in (-1, 1)}
         neighbour = next(((cid, rank) for rank, cid in enumerate(top, 1) if _index(cid) in adjacent), None)
         same_doc = next(((cid, rank) for rank, cid in enumerate(top, 1) if _index(cid)[0] == q.doc_id), None)
-        failure = classify(ranks, neighbour, same_doc, params.k)
-        out.append(Diagnosis(q, tuple(sorted(relevant)), ranks, top, neighbour, same_doc, failure, FIX_FOR[failure]))
+        failure = classify(ranks, neighbour, same_doc, ev.k)
+        out.append(Diagnosis(q, r.relevant, ranks, top, neighbour, same_doc, failure, FIX_FOR[failure]))
     return out
 
 
@@ -140,10 +142,14 @@ def _variant_chunks(documents: Sequence[Document], chunks: Sequence[Chunk]) -> d
 
 def what_if(conn: psycopg.Connection, retriever: Retriever, golden: Sequence[GoldenQuery], documents: Sequence[Document],
             chunks: Sequence[Chunk], params: RetrievalParams = DEFAULT, *, scratch: str,
-            others: Mapping[str, Retriever | None] | None = None) -> list[WhatIf]:
+            others: Mapping[str, Retriever | None] | None = None,
+            progress: Callable[[str], object] | None = None) -> list[WhatIf]:
     """Re-run the golden set with each mechanical fix: fusion weights (from the same first-stage
     lists), re-chunked corpora (indexed into the ``scratch`` schema, dropped afterwards) and the
-    ``others`` partitions' retrievers (None: not available here)."""
+    ``others`` partitions' retrievers (None: not available here; an index whose chunk ids differ
+    from ``chunks`` holds another version of the corpus and is not compared). ``progress`` gets
+    one line per experiment."""
+    say = progress or (lambda message: None)
 
     def hits(r: Retriever, p: RetrievalParams = params, cache: dict | None = None) -> set[str]:
         return evaluate_pipelines(conn, r, golden, p, first_stage_cache=cache).hits()
@@ -155,19 +161,26 @@ def what_if(conn: psycopg.Connection, retriever: Retriever, golden: Sequence[Gol
     def outcome(fix, variant, found, note="") -> WhatIf:
         return WhatIf(fix, variant, tuple(sorted(misses & found)), tuple(sorted(base - found)), note)
 
-    results = [outcome("hybrid-weights", f"RRF weights vector {w[0]:g}, text {w[1]:g}", hits(retriever, params.with_(weights=w), lists))
-               for w in WEIGHT_GRID]
+    results = []
+    for w in WEIGHT_GRID:
+        results.append(outcome("hybrid-weights", f"RRF weights vector {w[0]:g}, text {w[1]:g}", hits(retriever, params.with_(weights=w), lists)))
+        say(f"what-if {results[-1].variant}: rescued {len(results[-1].rescued)}, lost {len(results[-1].lost)}")
     embedder = retriever.embedder
     scratch_retriever = Retriever(scratch, embedder, retriever.reranker)
     for fix, (variant, variant_chunks) in _variant_chunks(documents, chunks).items():
         store.drop(conn, scratch)
         store.create(conn, scratch, embedder.dims)
+        say(f"what-if {fix}: indexing {len(variant_chunks)} chunks into {scratch}")
         store.sync(conn, scratch, variant_chunks, embedder)
         results.append(outcome(fix, variant, hits(scratch_retriever)))
+        say(f"what-if {fix}: rescued {len(results[-1].rescued)}, lost {len(results[-1].lost)}")
     conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(scratch)))  # scratch is ours alone
     for name, other in (others or {}).items():
         if other is None or store.table_dims(conn, other.schema) != other.embedder.dims:
             results.append(WhatIf("better-embedder", f"the {name} partition", (), (), f"not run: partition {name} is not indexed"))
+        elif store.chunk_ids(conn, other.schema) != {c.chunk_id for c in chunks}:
+            results.append(WhatIf("better-embedder", f"the {name} partition", (), (),
+                                  f"not run: partition {name} holds another version of this corpus (materialize its chunk_index first)"))
         else:
             results.append(outcome("better-embedder", f"the {name} partition", hits(other)))
     return results
@@ -203,7 +216,7 @@ def render(report: Report) -> str:
     for d in report.misses:
         r = d.ranks
         lines.append(f"| {d.query.query_id} | {d.failure} | {d.fix} | {d.query.kind} | {_rank(r['vector'])} | {_rank(r['text'])} "
-                     f"| {_rank(r['fused'])} | {_rank(r['reranked'])} | {_rank(r['exact_vector'])} | {'; '.join(by_query.get(d.query.query_id, [])) or 'none'} |")
+                     f"| {_rank(r['fused'])} | {_rank(r['reranked'])} | {_rank(r['exact_vector'])} | {'; '.join(by_query.get(d.query.query_id, [])) or ('none' if report.what_ifs else 'not run')} |")
     for kind in FAILURES:
         examples = [d for d in report.misses if d.failure == kind]
         if not examples:
@@ -219,7 +232,10 @@ def render(report: Report) -> str:
                   f"In {len(examples)} {'miss' if len(examples) == 1 else 'misses'} ({ids}), "
                   + _EXPLAIN[kind].format(k=report.k, n=report.n) + f". For example, {detail}. "
                   f"The proposed fix is {FIX_FOR[kind]}."]
-    if report.what_ifs:
+    if not report.what_ifs:
+        lines += ["", "## What-if experiments", "", "Not run: materialize the `what_ifs` asset (group experiments) or "
+                  "`python -m retrieval_assets diagnose` to test each fix on the whole golden set."]
+    else:
         lines += ["", "## What-if experiments", "",
                   "Each fix applied to the whole golden set: misses it rescues, hits it loses.", "",
                   "| fix | variant | rescued | lost | note |", "|---|---|---|---|---|"]

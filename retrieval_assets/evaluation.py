@@ -10,15 +10,17 @@ from __future__ import annotations
 
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 
+import numpy as np
 import psycopg
 
 from retrieval_assets import pipeline
 from retrieval_assets.golden import relevant_sets
 from retrieval_assets.metrics import aggregate, first_relevant_rank, mean, recall_at_k, score_query
 from retrieval_assets.params import DEFAULT, RetrievalParams
+from retrieval_assets.progress import Progress
 from retrieval_assets.types import GoldenQuery, Metrics
 
 PIPELINES = ("hybrid", "rerank", "mmr")
@@ -33,6 +35,8 @@ class QueryResult:
     best_rank: int | None  # first relevant rank in the full reranked pool
     pool_rank: int | None  # first relevant rank in the fused pool
     seconds: float
+    ranks: dict[str, int | None] = field(default_factory=dict)  # first relevant rank in vector, text, fused, reranked, final
+    query_vector: np.ndarray | None = field(default=None, repr=False, compare=False)
 
 
 @dataclass(frozen=True)
@@ -67,16 +71,19 @@ class Evaluation:
 
 
 def evaluate_pipelines(conn: psycopg.Connection, retriever: pipeline.Retriever, golden: Sequence[GoldenQuery],
-                       params: RetrievalParams = DEFAULT, *, first_stage_cache: dict | None = None) -> Evaluation:
+                       params: RetrievalParams = DEFAULT, *, first_stage_cache: dict | None = None,
+                       progress: Callable[[str], object] | None = None) -> Evaluation:
     """Score hybrid, hybrid + rerank and hybrid + rerank + MMR in one pass over the golden set.
 
     ``first_stage_cache`` (a dict owned by the caller) keeps each query's trace so that later
-    evaluations with other fusion weights or second stages skip the searches.
+    evaluations with other fusion weights or second stages skip the searches. ``progress`` gets a
+    line at most every 10 s (``progress.Progress``).
     """
     rel = relevant_sets(conn, retriever.schema, golden)
     per_pipeline: dict[str, list] = {p: [] for p in PIPELINES}
     pool_recall, results = [], []
-    for q in golden:
+    tick = Progress(progress, len(golden), f"evaluated queries ({params.lexical} list)")
+    for done, q in enumerate(golden, 1):
         start = time.perf_counter()
         key = (q.query, params.n, params.lexical, params.ef_search)
         cached = first_stage_cache.get(key) if first_stage_cache is not None else None
@@ -87,12 +94,16 @@ def evaluate_pipelines(conn: psycopg.Connection, retriever: pipeline.Retriever, 
         lists = {"hybrid": [r.chunk_id for r in t.fused], "rerank": [r.chunk_id for r in t.reranked],
                  "mmr": [r.chunk_id for r in t.final]}
         relevant = rel[q.query_id]
+        stages = {"vector": t.vector, "text": t.text, "fused": t.fused, "reranked": t.reranked, "final": t.final}
+        ranks = {name: first_relevant_rank([h.chunk_id for h in hits], relevant) for name, hits in stages.items()}
         for p in PIPELINES:
             per_pipeline[p].append((q.kind, *score_query(lists[p], relevant, params.k)))
         pool_recall.append(recall_at_k(lists["hybrid"], relevant, params.n))
         results.append(QueryResult(
             q.query_id, q.kind, tuple(sorted(relevant)), {p: tuple(lists[p][: params.k]) for p in PIPELINES},
-            first_relevant_rank(lists["rerank"], relevant), first_relevant_rank(lists["hybrid"], relevant), seconds))
+            first_relevant_rank(lists["rerank"], relevant), first_relevant_rank(lists["hybrid"], relevant), seconds,
+            ranks, t.query_vector))
+        tick(done)
     return Evaluation(params, {p: aggregate(per_pipeline[p], params.k) for p in PIPELINES}, mean(pool_recall), results)
 
 

@@ -80,6 +80,18 @@ def _unavailable(kind: str, model: str, cache_dir: Path, why: str) -> ModelUnava
     )
 
 
+def unavailable_reason(model: str, cache_dir: str | os.PathLike | None = None) -> str | None:
+    """``None`` when ``model`` can load here (an ``.onnx`` file of it in the fastembed cache, or
+    the model hub answers), else the ``ModelUnavailableError`` message: a quick check, nothing loaded."""
+    cache = fastembed_cache_dir(cache_dir)
+    stem = model.rsplit("/", 1)[-1].lower()
+    if cache.is_dir() and any(next(d.rglob("*.onnx"), None) for d in cache.iterdir() if d.is_dir() and stem in d.name.lower()):
+        return None
+    why = "HF_HUB_OFFLINE is set, so the model hub is not asked" if _hf_offline() else None
+    why = why or (f"the model hub cannot be reached: {r}" if (r := _hub_unreachable()) else None)
+    return None if why is None else str(_unavailable("embedding", model, cache, why))
+
+
 @contextlib.contextmanager
 def _quiet_fastembed_logs():
     """Silence fastembed's ERROR logs of a cache miss: we try the cache first, and a miss we

@@ -2,21 +2,30 @@
 
 Contract: ``PARTITIONS`` maps each partition key (``hash``, ``minilm``, ``bge-small``) to a
 ``Partition``; ``get(key)`` raises ``ValueError`` naming the known keys; ``schema_name`` is the
-only rule that turns a key into a Postgres schema name (for the partition's index and for the
-scratch and command-line schemas beside it). Assets, the command line, benchmarks and the
-schedule read this module; nothing else builds a schema name.
+only rule that turns a key (and a corpus name) into a Postgres schema name (for the partition's
+index and for the scratch and command-line schemas beside it): the fixture corpus keeps the bare
+names (``hash``), any other corpus ``<corpus>__<name>`` (``handbook__hash``). Assets, the command
+line, benchmarks and the schedule read this module; nothing else builds a schema name.
 """
 
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+
+from pathlib import Path
 
 from retrieval_assets.embed import Embedder, HashEmbedder
 
 HISTORY = "retrieval_history"  # the schema of the eval_runs history (after the prefix)
+IO_VALUES = "retrieval_io"  # the schema of the Dagster IO manager's stored asset values (after the prefix)
 PREFIX_VARIABLE = "RETRIEVAL_SCHEMA_PREFIX"  # put before every schema name by the assets and the command line
+
+FIXTURE = "fixture"  # the name of this checkout's fixture corpus, the only one with quality floors
+FIXTURE_DIR = Path(__file__).resolve().parents[1] / "fixtures" / "corpus"
+_CORPUS_NAME = re.compile(r"[a-z][a-z0-9_]{0,23}")
 
 # What a schema is for: the partition's own index, or a scratch index beside it.
 ROLES = {
@@ -40,6 +49,23 @@ def _bge_small() -> Embedder:
     return FastEmbedder(BGE_SMALL)
 
 
+def _minilm_missing() -> str | None:
+    from retrieval_assets.fastembed_models import ModelUnavailableError
+    from retrieval_assets.pypi_models import minilm_model_dir
+
+    try:
+        minilm_model_dir()
+    except ModelUnavailableError as exc:
+        return str(exc)
+    return None
+
+
+def _bge_small_missing() -> str | None:
+    from retrieval_assets.fastembed_models import BGE_SMALL, unavailable_reason
+
+    return unavailable_reason(BGE_SMALL)
+
+
 @dataclass(frozen=True)
 class Partition:
     key: str
@@ -48,6 +74,10 @@ class Partition:
     # (fixtures/corpus/README.md); a partition without measured floors has none.
     floors: Mapping[str, float] = field(default_factory=dict)
     needs_hub: bool = False  # its model files come from a model hub or a pre-filled fastembed cache
+    missing: Callable[[], str | None] = lambda: None  # why the model cannot load here (None: it can), nothing loaded
+
+    def available(self) -> bool:
+        return self.missing() is None
 
     def schema(self, role: str = "index", prefix: str = "") -> str:
         return schema_name(self.key, role, prefix)
@@ -57,8 +87,8 @@ PARTITIONS: dict[str, Partition] = {
     p.key: p
     for p in (
         Partition("hash", lambda: HashEmbedder(256), {"recall_at_k": 0.85, "mrr": 0.65, "ndcg_at_k": 0.70}),
-        Partition("minilm", _minilm, {"recall_at_k": 0.80, "mrr": 0.65, "ndcg_at_k": 0.70}),
-        Partition("bge-small", _bge_small, needs_hub=True),
+        Partition("minilm", _minilm, {"recall_at_k": 0.80, "mrr": 0.65, "ndcg_at_k": 0.70}, missing=_minilm_missing),
+        Partition("bge-small", _bge_small, needs_hub=True, missing=_bge_small_missing),
     )
 }
 
@@ -81,9 +111,27 @@ def env_prefix() -> str:
     return os.environ.get(PREFIX_VARIABLE, "")
 
 
-def schema_name(key: str, role: str = "index", prefix: str = "") -> str:
-    """``prefix`` + the ``role``'s schema for partition ``key`` (``-`` becomes ``_``): ``hash``, ``cli_bge_small``."""
+def check_corpus_name(name: str) -> str:
+    """``name`` if it can key schemas and history rows (1-24 of a-z, 0-9, _; a letter first), else ``ValueError``."""
+    if not _CORPUS_NAME.fullmatch(name):
+        raise ValueError(f"corpus name '{name}': use 1 to 24 lowercase letters, digits or _, starting with a letter")
+    return name
+
+
+def corpus_name_for(path: str | os.PathLike) -> str:
+    """The default name of the corpus at ``path``: ``fixture`` for the fixture corpus, else its folder name, made valid."""
+    resolved = Path(path).expanduser().resolve()
+    if resolved == FIXTURE_DIR:
+        return FIXTURE
+    name = re.sub(r"[^a-z0-9_]+", "_", resolved.name.lower()).strip("_") or "corpus"
+    return check_corpus_name(("c_" + name if not name[0].isalpha() else name)[:24])
+
+
+def schema_name(key: str, role: str = "index", prefix: str = "", corpus: str = FIXTURE) -> str:
+    """``prefix`` + the ``role``'s schema for partition ``key`` of ``corpus`` (``-`` becomes ``_``):
+    ``hash``, ``cli_bge_small``, ``handbook__hash``."""
     get(key)
     if role not in ROLES:
         raise ValueError(f"unknown schema role '{role}' (known: {', '.join(ROLES)})")
-    return prefix + ROLES[role].format(key=key.replace("-", "_"))
+    base = ROLES[role].format(key=key.replace("-", "_"))
+    return prefix + (base if corpus == FIXTURE else f"{check_corpus_name(corpus)}__{base}")

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
@@ -24,6 +24,7 @@ from psycopg import sql
 
 from retrieval_assets import bm25
 from retrieval_assets.embed import Embedder
+from retrieval_assets.progress import Progress
 from retrieval_assets.tables import CHUNK_COLUMNS, TABLES, column_list, statement
 from retrieval_assets.types import Chunk
 
@@ -89,6 +90,11 @@ def count(conn: psycopg.Connection, schema: str) -> int:
     return conn.execute(statement(schema, "SELECT count(*) FROM {chunks}")).fetchone()[0]
 
 
+def chunk_ids(conn: psycopg.Connection, schema: str) -> set[str]:
+    """The chunk ids in ``schema.chunks``."""
+    return {r[0] for r in conn.execute(statement(schema, "SELECT chunk_id FROM {chunks}"))}
+
+
 def _check_dims(conn: psycopg.Connection, schema: str, embedder: Embedder) -> None:
     dims = table_dims(conn, schema)
     if dims is None:
@@ -151,10 +157,12 @@ def _merge(conn: psycopg.Connection, schema: str, *, delete_missing: bool = Fals
     return inserted, len(rows) - inserted, deleted
 
 
-def _vectors(embedder: Embedder, chunks: Sequence[Chunk], wanted: set[str] | None, batch: int) -> Iterator[np.ndarray | None]:
+def _vectors(embedder: Embedder, chunks: Sequence[Chunk], wanted: set[str] | None, batch: int,
+             tick: Callable[[int], None] = lambda done: None) -> Iterator[np.ndarray | None]:
     """Each chunk's vector in order, embedded ``batch`` chunks at a time as the COPY asks for them
     (one batch of vectors is held); None for chunks not in ``wanted`` (every chunk when None)."""
     for i in range(0, len(chunks), batch):
+        tick(i)
         window = chunks[i : i + batch]
         todo = [c for c in window if wanted is None or c.chunk_id in wanted]
         got = dict(zip((c.chunk_id for c in todo), embedder.embed([c.text for c in todo]))) if todo else {}
@@ -186,7 +194,8 @@ def upsert(conn: psycopg.Connection, schema: str, chunks: Iterable[Chunk], embed
     return inserted + updated
 
 
-def _bulk(conn: psycopg.Connection, schema: str, chunks: Sequence[Chunk], embedder: Embedder) -> SyncReport:
+def _bulk(conn: psycopg.Connection, schema: str, chunks: Sequence[Chunk], embedder: Embedder,
+          tick: Callable[[int], None] = lambda done: None) -> SyncReport:
     """Load ``chunks`` into the empty table, inside the caller's transaction.
 
     The HNSW, GIN and postings indexes are dropped; batches of ``BULK_BATCH`` chunks are embedded
@@ -210,6 +219,7 @@ def _bulk(conn: psycopg.Connection, schema: str, chunks: Sequence[Chunk], embedd
     with ThreadPoolExecutor(1, thread_name_prefix="embed") as pool:
         pending = pool.submit(embedder.embed, [c.text for c in parts[0]])
         for i, part in enumerate(parts):
+            tick(i * BULK_BATCH)
             vectors = pending.result()
             if i + 1 < len(parts):
                 pending = pool.submit(embedder.embed, [c.text for c in parts[i + 1]])
@@ -232,21 +242,24 @@ def _bulk(conn: psycopg.Connection, schema: str, chunks: Sequence[Chunk], embedd
     return SyncReport(inserted=len(chunks), updated=0, deleted=0, unchanged=0, embedded=len(chunks))
 
 
-def sync(conn: psycopg.Connection, schema: str, chunks: Iterable[Chunk], embedder: Embedder, batch: int = 64) -> SyncReport:
+def sync(conn: psycopg.Connection, schema: str, chunks: Iterable[Chunk], embedder: Embedder, batch: int = 64, *,
+         progress: Callable[[str], object] | None = None) -> SyncReport:
     """Make ``schema.chunks`` equal to the given chunks in one transaction (stale rows are deleted).
 
     An empty table receiving at least ``BULK_MIN`` chunks is loaded in bulk (``_bulk``): same
-    rows, postings and indexes, built once instead of row by row.
+    rows, postings and indexes, built once instead of row by row. ``progress`` gets a line at
+    most every 10 s while chunks are embedded.
     """
     _check_dims(conn, schema, embedder)
     chunks = _unique(chunks)
+    tick = Progress(progress, len(chunks), f"{schema}: chunks through the embedder")
     with conn.transaction():
         _lock(conn, schema)
         known_texts = {text for (text,) in conn.execute(statement(schema, "SELECT text FROM {chunks}"))}
         if not known_texts and len(chunks) >= max(BULK_MIN, 1):
-            return _bulk(conn, schema, chunks, embedder)
+            return _bulk(conn, schema, chunks, embedder, tick)
         fresh = {c.chunk_id for c in chunks if c.text not in known_texts}
-        _stage(conn, chunks, _vectors(embedder, chunks, fresh, batch), embedder.dims)
+        _stage(conn, chunks, _vectors(embedder, chunks, fresh, batch, tick), embedder.dims)
         inserted, updated, deleted = _merge(conn, schema, delete_missing=True)
     return SyncReport(
         inserted=inserted,

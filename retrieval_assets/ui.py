@@ -1,10 +1,10 @@
-"""Run Dagster with its history in Postgres, with no manual setup.
+"""Run a Dagster command on this project's instance: ``python -m retrieval_assets.ui [args...]``.
 
-``python -m retrieval_assets.ui [dagster args...]`` (default ``dev``) starts or reuses the
-retrieval Postgres (``RETRIEVAL_DSN`` or the embedded default), creates a ``dagster`` database
-on it if missing, points ``DAGSTER_HOME`` at ``dagster_home/`` (its ``dagster.yaml``: run, event-log and
-schedule storage through dagster-postgres) and runs the dagster CLI with the given arguments.
-``DAGSTER_PG_URL`` set beforehand wins.
+The root ``dagster.yaml`` (see ``instance.py``) puts runs, events and schedules in Postgres;
+this launcher points ``DAGSTER_HOME`` at the project root so that every Dagster command,
+including ``dagster-daemon``, which insists on ``DAGSTER_HOME``, reads it, and adds the
+workspace when none is given. ``dev`` (the default) is ``dagster dev``; ``daemon`` is
+``dagster-daemon run`` (schedules without the UI); anything else goes to the ``dagster`` CLI.
 """
 
 from __future__ import annotations
@@ -13,54 +13,26 @@ import os
 import sys
 from pathlib import Path
 
-from psycopg import sql
-from psycopg.conninfo import conninfo_to_dict
-
-from retrieval_assets import pg
-
 ROOT = Path(__file__).resolve().parents[1]
+WORKSPACE_COMMANDS = ("dev", "daemon")
 
 
-def dagster_environment(database: str = "dagster") -> dict[str, str]:
-    """The environment variables dagster.yaml reads, creating the Dagster database if needed."""
-    env: dict[str, str] = {}
-    if not os.environ.get("DAGSTER_PG_URL"):
-        dsn = pg.resolve_dsn()
-        with pg.connect(dsn, autocommit=True) as conn:
-            if conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (database,)).fetchone() is None:
-                conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(database)))
-        params = conninfo_to_dict(dsn)
-        params["dbname"] = database
-        env["DAGSTER_PG_URL"] = _as_url(params)
-    home = pg.project_home() / ".retrieval" / "dagster"
-    env.update(
-        DAGSTER_HOME=str(ROOT / "dagster_home"),
-        DAGSTER_ARTIFACTS_DIR=str(home / "storage"),
-        DAGSTER_COMPUTE_LOGS_DIR=str(home / "logs"),
-    )
-    return env
-
-
-def _as_url(params: dict) -> str:
-    """A SQLAlchemy URL on psycopg2 (dagster-postgres NOTIFYs with client-side parameters; Unix-socket hosts go in the query string)."""
-    from urllib.parse import quote
-
-    user = quote(params.get("user", "postgres"), safe="")
-    password = f":{quote(params['password'], safe='')}" if params.get("password") else ""
-    host = params.get("host", "localhost")
-    port = params.get("port")
-    if host.startswith("/"):
-        return f"postgresql+psycopg2://{user}{password}@/{params['dbname']}?host={quote(host, safe='/')}" + (f"&port={port}" if port else "")
-    return f"postgresql+psycopg2://{user}{password}@{host}{':' + port if port else ''}/{params['dbname']}"
+def command(argv: list[str]) -> list[str]:
+    """The Dagster command line for the launcher's arguments."""
+    args = list(argv) or ["dev"]
+    bin_dir = Path(sys.executable).parent
+    if args[0] in WORKSPACE_COMMANDS and not {"-w", "-m", "-f"} & set(args):
+        args[1:1] = ["-w", str(ROOT / "workspace.yaml")]
+    if args[0] == "daemon":
+        return [str(bin_dir / "dagster-daemon"), "run", *args[1:]]
+    return [str(bin_dir / "dagster"), *args]
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = list(sys.argv[1:] if argv is None else argv) or ["dev"]
-    os.environ.update(dagster_environment())
-    if args[0] == "dev" and "-w" not in args and "-m" not in args:
-        args += ["-w", str(ROOT / "workspace.yaml")]
-    dagster = Path(sys.executable).with_name("dagster")
-    os.execv(str(dagster), [str(dagster), *args])
+    cmd = command(sys.argv[1:] if argv is None else argv)
+    os.environ["DAGSTER_HOME"] = str(ROOT)
+    os.chdir(ROOT)
+    os.execv(cmd[0], cmd)
     return 0
 
 

@@ -24,7 +24,7 @@ from retrieval_assets.defs import answers as answers_defs
 from retrieval_assets.defs import corpus, diagnosis, evaluation, index
 from retrieval_assets.defs.jobs import evaluate_embedders
 from retrieval_assets.defs.partitions import embedders
-from retrieval_assets.defs.resources import PostgresResource
+from retrieval_assets.defs.resources import CorpusResource, PostgresResource
 from retrieval_assets.embed import HashEmbedder
 from retrieval_assets.pipeline import Retriever
 from retrieval_assets.types import Answer, Chunk, Draft, Faithfulness
@@ -453,10 +453,11 @@ def no_credentials(monkeypatch):
 
 
 def materialize(resource, answers_config, selection):
-    ops = {"documents": {"config": {"corpus_dir": str(CORPUS)}}, "answers": {"config": answers_config}}
+    ops = {"answers": {"config": answers_config}}
     return dg.materialize(
         [*dg.load_assets_from_modules(RETRIEVAL_MODULES), answers_defs.answers], partition_key="hash", selection=selection,
-        resources={"postgres": resource}, run_config={"ops": {k: v for k, v in ops.items() if k in selection}},
+        resources={"postgres": resource, "corpus": CorpusResource(path=str(CORPUS))},
+        run_config={"ops": {k: v for k, v in ops.items() if k in selection}},
         raise_on_error=False,
     )
 
@@ -475,7 +476,7 @@ def test_answers_asset_is_live_and_outside_the_evaluation_job():
     assert asset.partitions_def == embedders
     assert dg.AssetKey("chunk_index") in {dep.asset_key for dep in asset.specs_by_key[key].deps}
     defs = dg.Definitions(assets=[*dg.load_assets_from_modules(RETRIEVAL_MODULES), asset], jobs=[evaluate_embedders],
-                          resources={"postgres": PostgresResource()})
+                          resources={"postgres": PostgresResource(), "corpus": CorpusResource()})
     job_keys = defs.resolve_job_def("evaluate_embedders").asset_layer.selected_asset_keys
     assert key not in job_keys and dg.AssetKey("eval_run") in job_keys
 

@@ -1,5 +1,6 @@
 """The Dagster graph materialised in process against the test Postgres."""
 
+import dataclasses
 import datetime
 import shutil
 import tempfile
@@ -8,15 +9,14 @@ from pathlib import Path
 import dagster as dg
 import pytest
 import yaml
-
 from psycopg import sql
 
-from retrieval_assets import evaluation, golden, pg
+from retrieval_assets import evaluation, golden, partitions, pg
+from retrieval_assets.definitions import defs
 from retrieval_assets.defs import corpus, diagnosis, index
 from retrieval_assets.defs import evaluation as evaluation_defs
-from retrieval_assets.defs.resources import PostgresResource
-from retrieval_assets.definitions import defs
 from retrieval_assets.defs.jobs import nightly_evaluation
+from retrieval_assets.defs.resources import CorpusResource, PostgresResource
 from retrieval_assets.embed import HashEmbedder
 from retrieval_assets.pipeline import Retriever
 from retrieval_assets.rerank import LexicalReranker
@@ -25,27 +25,24 @@ from retrieval_assets_tests.conftest import CORPUS
 ALL = dg.load_assets_from_modules([corpus, index, evaluation_defs, diagnosis])
 PREFIX = "t_dagster_"
 REPORTS = Path(tempfile.mkdtemp(prefix="retrieval-reports-"))
+NO_FLOORS = {"min_recall": 0.0, "min_mrr": 0.0, "min_ndcg": 0.0}
 
 
 @pytest.fixture(scope="module")
 def resource(pg_dsn):
     yield PostgresResource(dsn=pg_dsn, schema_prefix=PREFIX)
     with pg.connect(pg_dsn) as conn:
-        for schema in ("hash", "whatif_hash", "retrieval_history"):
-            conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(PREFIX + schema)))
+        schemas = [r[0] for r in conn.execute("SELECT nspname FROM pg_namespace WHERE nspname LIKE %s", (PREFIX + "%",))]
+        for schema in schemas:
+            conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(schema)))
 
 
-def run(resource, corpus=CORPUS, eval_config=None, partition="hash", selection=None, what_if=False):
-    corpus_config = {"config": {"corpus_dir": str(corpus)}}
-    report_config = {"config": {"what_if": what_if, "report_dir": str(REPORTS)}}
-    ops = {"documents": corpus_config, "golden_queries": corpus_config, "failure_report": report_config}
-    if eval_config:
-        ops["eval_run"] = {"config": eval_config}
-    if selection:
-        ops = {name: value for name, value in ops.items() if name in selection}
+def run(resource, corpus_dir=CORPUS, eval_config=None, partition="hash", selection=None, what_if=False, name="", instance=None):
+    selection = selection or (dg.AssetSelection.groups("retrieval") | (dg.AssetSelection.assets("what_ifs") if what_if else dg.AssetSelection.groups("none")))
+    ops = {"eval_run": {"config": eval_config}} if eval_config else {}
     return dg.materialize(
-        ALL, partition_key=partition, resources={"postgres": resource}, run_config={"ops": ops},
-        raise_on_error=False, selection=selection,
+        ALL, partition_key=partition, run_config={"ops": ops}, raise_on_error=False, selection=selection, instance=instance,
+        resources={"postgres": resource, "corpus": CorpusResource(path=str(corpus_dir), name=name, report_dir=str(REPORTS))},
     )
 
 
@@ -54,15 +51,47 @@ def metadata(result, key):
     return {k: v.value for k, v in event.materialization.metadata.items()}
 
 
+def failure(result) -> tuple[str, str]:
+    event = next(e for e in result.all_events if e.event_type_value == "STEP_FAILURE")
+    return event.step_key, event.event_specific_data.error.to_string()
+
+
+def done(result) -> set[str]:
+    return {e.asset_key.to_user_string() for e in result.get_asset_materialization_events()}
+
+
+def fingerprint(resource, schema: str):
+    with resource.connect() as conn:
+        return conn.execute(sql.SQL("SELECT count(*), max(xmin::text::bigint) FROM {}").format(sql.Identifier(schema, "chunks"))).fetchone()
+
+
+def history_rows(resource) -> int:
+    with resource.connect() as conn:
+        if conn.execute("SELECT to_regclass(%s)", (f'"{resource.history_schema}".eval_runs',)).fetchone()[0] is None:
+            return 0
+        return conn.execute(sql.SQL("SELECT count(*) FROM {}").format(sql.Identifier(resource.history_schema, "eval_runs"))).fetchone()[0]
+
+
 def test_definitions_load_with_jobs_schedule_and_partitions():
     repo = defs.get_repository_def()
     assert {k.to_user_string() for k in repo.asset_graph.get_all_asset_keys()} == {
-        "documents", "chunks", "golden_queries", "chunk_index", "eval_run", "failure_report", "embedder_comparison", "answers", "cranfield_report"}
+        "documents", "chunks", "golden_queries", "chunk_index", "eval_run", "failure_report", "what_ifs",
+        "embedder_comparison", "answers", "cranfield_report"}
     job = defs.resolve_job_def("evaluate_embedders")
     assert job.partitions_def.get_partition_keys() == ["hash", "minilm", "bge-small"]
+    assert "what_ifs" not in {k.to_user_string() for k in job.asset_layer.executable_asset_keys}
     assert nightly_evaluation.default_status == dg.DefaultScheduleStatus.STOPPED
-    requests = list(nightly_evaluation(dg.build_schedule_context(scheduled_execution_time=datetime.datetime(2026, 12, 2))))
-    assert [r.partition_key for r in requests] == ["hash", "minilm", "bge-small"]
+
+
+def test_the_schedule_requests_only_partitions_whose_model_is_here(monkeypatch):
+    context = dg.build_schedule_context(scheduled_execution_time=datetime.datetime(2026, 12, 2))
+    available = [k for k, p in partitions.PARTITIONS.items() if p.available()]
+    assert "hash" in available and "bge-small" not in available  # no model hub, no pre-filled cache on this machine
+    assert [r.partition_key for r in nightly_evaluation(context)] == available
+    for key in partitions.PARTITIONS:
+        monkeypatch.setitem(partitions.PARTITIONS, key, dataclasses.replace(partitions.PARTITIONS[key], missing=lambda: "no files"))
+    skip = nightly_evaluation(dg.build_schedule_context(scheduled_execution_time=datetime.datetime(2026, 12, 2)))
+    assert isinstance(skip, dg.SkipReason) and "hash: no files" in skip.skip_message
 
 
 def test_whole_graph_for_hash_matches_the_library(resource):
@@ -75,28 +104,50 @@ def test_whole_graph_for_hash_matches_the_library(resource):
     with resource.connect() as conn:
         queries = golden.load_golden(CORPUS / "golden.yaml")
         ev = evaluation.evaluate_pipelines(conn, Retriever(resource.schema("hash"), HashEmbedder(), LexicalReranker()), queries)
+    assert list(ev_meta)[:3] == ["recall@k", "mrr", "ndcg@k"]  # the default pipeline's headline first
+    assert (ev_meta["recall@k"], ev_meta["mrr"], ev_meta["ndcg@k"]) == tuple(
+        round(getattr(ev.metrics["mmr"], f), 4) for f in ("recall_at_k", "mrr", "ndcg_at_k"))
     for pipeline, m in ev.metrics.items():
-        assert ev_meta[f"{pipeline}/recall@k"] == m.recall_at_k
-        assert ev_meta[f"{pipeline}/mrr"] == m.mrr
-        assert ev_meta[f"{pipeline}/ndcg@k"] == m.ndcg_at_k
-        assert ev_meta[f"{pipeline}/precision@k"] == m.precision_at_k
-    assert ev_meta["fused_recall@50"] == ev.pool_recall
+        assert ev_meta[f"ts_rank_cd/{pipeline}/recall@k"] == round(m.recall_at_k, 4)
+        assert ev_meta[f"ts_rank_cd/{pipeline}/mrr"] == round(m.mrr, 4)
+        assert ev_meta[f"ts_rank_cd/{pipeline}/ndcg@k"] == round(m.ndcg_at_k, 4)
+        assert ev_meta[f"ts_rank_cd/{pipeline}/precision@k"] == round(m.precision_at_k, 4)
+    assert ev_meta["ts_rank_cd/fused_recall@n"] == round(ev.pool_recall, 4)
+    assert all(isinstance(v, str) or round(v, 4) == v for v in ev_meta.values() if isinstance(v, float))
     assert "| mmr | conceptual |" in ev_meta["by_kind"]
     checks = {e.check_name: e.passed for e in result.get_asset_check_evaluations()}
     assert checks == {"index_consistent": True, "anchors_inside_chunks": True, "quality_floors": True}
+    assert {e.partition for e in result.get_asset_check_evaluations() if e.check_name == "quality_floors"} == {"hash"}
     report = metadata(result, "failure_report")
     assert report["misses"] == len(ev.failures()) and "| q" in report["report"]
-    assert (REPORTS / "hash" / "RETRIEVAL_ANALYSIS.md").read_text() == report["report"]
-    assert any(k.startswith("rescued/hybrid-weights") for k in report)
+    assert "Not run: materialize the `what_ifs` asset" in report["report"]
+    what_ifs = metadata(result, "what_ifs")
+    path = REPORTS / "fixture" / "hash" / "RETRIEVAL_ANALYSIS.md"
+    assert what_ifs["path"] == str(path) and path.read_text() == what_ifs["report"]
+    assert any(k.startswith("rescued/hybrid-weights") for k in what_ifs)
+    assert "| better-embedder | the minilm partition |" in what_ifs["report"]
     comparison = metadata(result, "embedder_comparison")
-    assert comparison["hash/mmr/mrr"] == ev.metrics["mmr"].mrr
+    assert comparison["hash/mrr"] == round(ev.metrics["mmr"].mrr, 4)
     with resource.connect() as conn:
-        rows = dict(conn.execute(sql.SQL("SELECT pipeline, mrr FROM {} WHERE run_id = %s").format(
+        rows = dict(conn.execute(sql.SQL("SELECT pipeline, mrr FROM {} WHERE run_id = %s AND corpus = 'fixture'").format(
             sql.Identifier(resource.history_schema, "eval_runs")), (result.run_id,)).fetchall())
     assert {p: rows[p] for p in ev.metrics} == {p: m.mrr for p, m in ev.metrics.items()}
     assert set(rows) == {*ev.metrics, "bm25:hybrid", "bm25:rerank", "bm25:mmr"}
-    assert ev_meta["bm25:mmr/mrr"] == rows["bm25:mmr"]
+    assert ev_meta["bm25/mmr/mrr"] == round(rows["bm25:mmr"], 4)
     assert ev_meta["best_pipeline"] in {f"{lexical}:{p}" for lexical in ("ts_rank_cd", "bm25") for p in ev.metrics}
+
+
+def test_the_diagnosis_reuses_eval_runs_traces(resource):
+    """failure_report explains eval_run's own per-query results: same misses as a fresh diagnosis."""
+    from retrieval_assets import diagnose
+
+    result = run(resource)
+    ev = result.output_for_node("eval_run")
+    report = result.output_for_node("failure_report")
+    with resource.connect() as conn:
+        fresh = diagnose.diagnose(conn, Retriever(resource.schema("hash"), HashEmbedder(), LexicalReranker()),
+                                  golden.load_golden(CORPUS / "golden.yaml"), ev.params)
+    assert [(d.query.query_id, d.failure, d.ranks) for d in report.misses] == [(d.query.query_id, d.failure, d.ranks) for d in fresh]
 
 
 def test_rematerialising_changes_nothing(resource):
@@ -107,13 +158,13 @@ def test_rematerialising_changes_nothing(resource):
 
 
 def test_deleting_a_document_removes_its_chunks(resource, tmp_path):
-    corpus = tmp_path / "corpus"
-    shutil.copytree(CORPUS, corpus)
-    (corpus / "docs" / "bm25.md").unlink()
-    golden = [q for q in yaml.safe_load((corpus / "golden.yaml").read_text()) if q["doc_id"] != "bm25"]
-    (corpus / "golden.yaml").write_text(yaml.safe_dump(golden))
+    corpus_dir = tmp_path / "corpus"
+    shutil.copytree(CORPUS, corpus_dir)
+    (corpus_dir / "docs" / "bm25.md").unlink()
+    kept = [q for q in yaml.safe_load((corpus_dir / "golden.yaml").read_text()) if q["doc_id"] != "bm25"]
+    (corpus_dir / "golden.yaml").write_text(yaml.safe_dump(kept))
     try:
-        result = run(resource, corpus=corpus, eval_config={"min_recall": 0.0, "min_mrr": 0.0, "min_ndcg": 0.0})
+        result = run(resource, corpus_dir=corpus_dir, eval_config=NO_FLOORS, name="fixture")
         assert result.success
         index = metadata(result, "chunk_index")
         assert index["deleted"] == 13 and index["rows"] == 430 - 13
@@ -124,32 +175,119 @@ def test_deleting_a_document_removes_its_chunks(resource, tmp_path):
         assert run(resource).success  # restore the full index for the other tests
 
 
+def _own_corpus(root: Path, with_golden: bool = True) -> Path:
+    (root / "guides" / "deep").mkdir(parents=True)
+    (root / "intro.md").write_text("# Intro\n\nThe ferry leaves the harbour at dawn every day.\n")
+    (root / "guides" / "tides.md").write_text("# Tides\n\nSpring tides follow the full moon and the new moon.\n")
+    (root / "guides" / "deep" / "anchors.md").write_text("# Anchors\n\nA kedge anchor is light and easy to row out.\n")
+    (root / ".hidden").mkdir()
+    (root / ".hidden" / "skip.md").write_text("# not part of the corpus\n")
+    if with_golden:
+        (root / "golden.yaml").write_text(yaml.safe_dump([
+            {"query_id": "o1", "kind": "factual", "query": "when does the ferry leave", "doc_id": "intro", "anchor": "at dawn"},
+            {"query_id": "o2", "kind": "lexical", "query": "kedge anchor", "doc_id": "guides/deep/anchors", "anchor": "kedge anchor"},
+        ]))
+    return root
+
+
+def test_own_corpus_is_keyed_by_its_name_and_never_touches_the_fixture(resource, tmp_path):
+    run(resource)
+    fixture_before, history_before = fingerprint(resource, resource.schema("hash")), history_rows(resource)
+    result = run(resource, corpus_dir=_own_corpus(tmp_path / "harbour"), what_if=True)
+    assert result.success
+    assert metadata(result, "documents")["corpus"] == "harbour" and metadata(result, "documents")["documents"] == 3
+    assert metadata(result, "chunk_index")["schema"] == PREFIX + "harbour__hash"
+    assert metadata(result, "eval_run")["queries"] == 2
+    floors = next(e for e in result.get_asset_check_evaluations() if e.check_name == "quality_floors")
+    assert floors.passed and "none for corpus harbour" in floors.metadata["floors"].value
+    assert (REPORTS / "harbour" / "hash" / "RETRIEVAL_ANALYSIS.md").exists()
+    assert set(metadata(result, "embedder_comparison")) >= {"hash/mrr", "hash/ndcg@k"}
+    assert fingerprint(resource, resource.schema("hash")) == fixture_before
+    with resource.connect() as conn:
+        corpora = dict(conn.execute(sql.SQL("SELECT corpus, count(*) FROM {} WHERE run_id = %s GROUP BY corpus").format(
+            sql.Identifier(resource.history_schema, "eval_runs")), (result.run_id,)).fetchall())
+    assert corpora == {"harbour": 6} and history_rows(resource) == history_before + 6
+
+
+def test_a_corpus_without_golden_set_is_indexed_and_says_nothing_to_evaluate(resource, tmp_path):
+    result = run(resource, corpus_dir=_own_corpus(tmp_path / "plain", with_golden=False), what_if=True)
+    assert result.success
+    assert metadata(result, "chunk_index")["rows"] == 3
+    assert "nothing to evaluate" in metadata(result, "eval_run")["status"]
+    assert "nothing to evaluate" in metadata(result, "failure_report")["status"]
+    assert not (REPORTS / "plain").exists()
+
+
 def test_a_failing_floor_blocks_the_downstream_assets(resource):
     result = run(resource, eval_config={"min_recall": 1.01})
     checks = {e.check_name: e.passed for e in result.get_asset_check_evaluations()}
     assert checks["quality_floors"] is False
-    done = {e.asset_key.to_user_string() for e in result.get_asset_materialization_events()}
-    assert "eval_run" in done
-    assert "failure_report" not in done and "embedder_comparison" not in done
+    assert "eval_run" in done(result)
+    assert "failure_report" not in done(result) and "embedder_comparison" not in done(result)
 
 
-def test_missing_corpus_fails_documents_and_writes_nothing(resource, tmp_path):
-    table = sql.Identifier(resource.schema("hash"), "chunks")
-    with resource.connect() as conn:
-        before = conn.execute(sql.SQL("SELECT count(*), max(xmin::text::bigint) FROM {}").format(table)).fetchone()
-    result = run(resource, corpus=tmp_path / "nowhere")
+@pytest.mark.parametrize("case", ["missing", "file", "empty"])
+def test_a_bad_corpus_folder_fails_documents_and_writes_nothing(resource, tmp_path, case):
+    target = {"missing": tmp_path / "nowhere", "file": tmp_path / "notes.md", "empty": tmp_path / "empty"}[case]
+    if case == "file":
+        target.write_text("# a file, not a folder\n")
+    if case == "empty":
+        target.mkdir()
+    before = fingerprint(resource, resource.schema("hash")), history_rows(resource)
+    result = run(resource, corpus_dir=target, name="fixture")
     assert not result.success
-    failure = next(e for e in result.all_events if e.event_type_value == "STEP_FAILURE")
-    assert failure.step_key == "documents"
-    assert "corpus directory not found" in failure.event_specific_data.error.to_string()
+    step, message = failure(result)
+    assert step == "documents" and str(target) in message
+    assert {"missing": "not found", "file": "must be a directory", "empty": "no Markdown files"}[case] in message
     assert not result.get_asset_materialization_events()
-    with resource.connect() as conn:
-        assert conn.execute(sql.SQL("SELECT count(*), max(xmin::text::bigint) FROM {}").format(table)).fetchone() == before
+    assert (fingerprint(resource, resource.schema("hash")), history_rows(resource)) == before
 
 
-def test_unavailable_embedders_fail_at_once_with_a_message(resource):
-    result = run(resource, partition="bge-small", selection=["documents", "chunks", "chunk_index"])
+def test_golden_doc_ids_outside_the_corpus_fail_before_the_index_changes(resource, tmp_path):
+    corpus_dir = tmp_path / "corpus"
+    shutil.copytree(CORPUS, corpus_dir)
+    (corpus_dir / "docs" / "bm25.md").unlink()  # golden queries still point at it
+    before = fingerprint(resource, resource.schema("hash")), history_rows(resource)
+    result = run(resource, corpus_dir=corpus_dir, name="fixture")
     assert not result.success
-    failure = next(e for e in result.all_events if e.event_type_value == "STEP_FAILURE")
-    assert failure.step_key == "chunk_index"
-    assert "BAAI/bge-small-en-v1.5" in failure.event_specific_data.error.to_string()
+    step, message = failure(result)
+    assert step == "golden_queries" and "doc_id 'bm25' is not a document of the corpus" in message and "query q" in message
+    assert "chunk_index" not in done(result)
+    assert (fingerprint(resource, resource.schema("hash")), history_rows(resource)) == before
+
+
+def test_an_unreachable_server_fails_chunk_index_naming_the_host_not_the_password():
+    down = PostgresResource(dsn="postgresql://alice:S3cretPW@127.0.0.1:1/search", schema_prefix=PREFIX)
+    result = run(down)
+    assert not result.success
+    step, message = failure(result)
+    assert step == "chunk_index" and "127.0.0.1" in message and "S3cretPW" not in message
+
+
+def test_an_unknown_partition_is_refused_with_its_name(resource):
+    from dagster._core.errors import DagsterUnknownPartitionError
+
+    before = history_rows(resource)
+    with pytest.raises(DagsterUnknownPartitionError, match="`nope`"):
+        run(resource, partition="nope")
+    assert history_rows(resource) == before
+
+
+def test_an_unavailable_model_skips_its_partition_instead_of_failing(resource):
+    instance = dg.DagsterInstance.ephemeral()
+    result = run(resource, partition="bge-small", instance=instance)
+    assert result.success
+    assert done(result) == {"documents", "chunks", "golden_queries"}
+    skipped = {e.step_key for e in result.all_events if e.event_type_value == "STEP_SKIPPED"}
+    assert skipped >= {"eval_run", "failure_report", "embedder_comparison"}
+    warnings = [r.user_message for r in instance.all_logs(result.run_id) if r.step_key == "chunk_index" and r.level >= 30]
+    assert any("BAAI/bge-small-en-v1.5" in w and "FASTEMBED_CACHE_PATH" in w for w in warnings)
+    assert not [e for e in result.get_asset_check_evaluations() if not e.passed]
+
+
+def test_the_readme_config_for_an_own_corpus_is_valid_run_config():
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    block = readme.split("Save as `my-corpus.yaml`", 1)[1].split("```yaml\n", 1)[1].split("```", 1)[0]
+    config = yaml.safe_load(block)
+    assert config["resources"]["corpus"]["config"]["name"] == "handbook"
+    assert dg.validate_run_config(defs.resolve_job_def("evaluate_embedders"), config)

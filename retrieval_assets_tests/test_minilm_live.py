@@ -17,7 +17,7 @@ from retrieval_assets import chunker, evaluation, partitions, rerank, store
 from retrieval_assets.defs import corpus as corpus_assets
 from retrieval_assets.defs import evaluation as evaluation_assets
 from retrieval_assets.defs import index as index_assets
-from retrieval_assets.defs.resources import PostgresResource
+from retrieval_assets.defs.resources import CorpusResource, PostgresResource
 from retrieval_assets.golden import load_golden
 from retrieval_assets.pipeline import Retriever
 from retrieval_assets_tests.conftest import CORPUS
@@ -95,19 +95,17 @@ def test_cross_encoder_where_available(live):
 
 def test_dagster_eval_run_for_minilm_shows_the_same_numbers(live):
     resource, ev, _ = live
-    corpus = {"config": {"corpus_dir": str(CORPUS)}}
     result = dg.materialize(
         [corpus_assets.documents, corpus_assets.chunks, corpus_assets.golden_queries, index_assets.chunk_index,
          evaluation_assets.eval_run],
-        partition_key="minilm", resources={"postgres": resource},
-        run_config={"ops": {"documents": corpus, "golden_queries": corpus}},
+        partition_key="minilm", resources={"postgres": resource, "corpus": CorpusResource(path=str(CORPUS))},
     )
     assert result.success
     [event] = [e for e in result.get_asset_materialization_events() if e.asset_key == dg.AssetKey("eval_run")]
     meta = {k: v.value for k, v in event.materialization.metadata.items()}
     for pipeline, m in ev.metrics.items():
-        assert meta[f"{pipeline}/recall@k"] == pytest.approx(m.recall_at_k, abs=1e-9)
-        assert meta[f"{pipeline}/mrr"] == pytest.approx(m.mrr, abs=1e-9)
-        assert meta[f"{pipeline}/ndcg@k"] == pytest.approx(m.ndcg_at_k, abs=1e-9)
+        assert meta[f"ts_rank_cd/{pipeline}/recall@k"] == round(m.recall_at_k, 4)
+        assert meta[f"ts_rank_cd/{pipeline}/mrr"] == round(m.mrr, 4)
+        assert meta[f"ts_rank_cd/{pipeline}/ndcg@k"] == round(m.ndcg_at_k, 4)
     index = [e for e in result.get_asset_materialization_events() if e.asset_key == dg.AssetKey("chunk_index")][0]
     assert index.materialization.metadata["embedded"].value == 0  # nothing re-embedded

@@ -1,5 +1,6 @@
-"""The UI as a user sees it: the webserver's GraphQL API lists the assets, their partitions and
-the metadata of the latest eval_run, after a materialisation from the command line."""
+"""One run history, as a user sees it: a run of the README's main command (no DAGSTER_HOME, the
+root dagster.yaml) shows in the webserver's GraphQL API, with the assets, their partitions and
+the metadata of the latest eval_run. The instance lives in its own Postgres database."""
 
 import json
 import os
@@ -8,14 +9,21 @@ import subprocess
 import sys
 import time
 import urllib.request
+from pathlib import Path
 
 import pytest
 from psycopg import sql
+from psycopg.conninfo import conninfo_to_dict
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from retrieval_assets import pg
+from retrieval_assets.instance import sqlalchemy_url
+
+ROOT = Path(__file__).resolve().parents[1]
+BIN = Path(sys.executable).parent
 
 pytestmark = pytest.mark.slow
 PREFIX = "t_web_"  # the webserver run's schemas, never the unprefixed ones
+DATABASE = "t_web_dagster"  # the Dagster instance of this test
 
 
 def _free_port() -> int:
@@ -33,16 +41,19 @@ def _graphql(port: int, query: str) -> dict:
 
 
 @pytest.fixture(scope="module")
-def webserver(pg_dsn, tmp_path_factory):
-    home = tmp_path_factory.mktemp("dagster_home")
-    env = dict(os.environ, DAGSTER_HOME=str(home), RETRIEVAL_DSN=pg_dsn, RETRIEVAL_SCHEMA_PREFIX=PREFIX)
-    subprocess.run(
-        [sys.executable, "-m", "dagster", "asset", "materialize", "-m", "retrieval_assets.definitions", "--select", "group:retrieval", "--partition", "hash"],
-        cwd=ROOT, env=env, check=True, capture_output=True, timeout=300,
-    )
+def webserver(pg_dsn):
+    with pg.connect(pg_dsn) as conn:
+        conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(DATABASE)))
+        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(DATABASE)))
+    env = {k: v for k, v in os.environ.items() if k != "DAGSTER_HOME"}
+    env.update(RETRIEVAL_DSN=pg_dsn, RETRIEVAL_SCHEMA_PREFIX=PREFIX,
+               DAGSTER_PG_URL=sqlalchemy_url({**conninfo_to_dict(pg_dsn), "dbname": DATABASE}))
+    launched = subprocess.run([str(BIN / "dg"), "launch", "--job", "evaluate_embedders", "--partition", "hash"],
+                              cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert launched.returncode == 0, launched.stderr[-2000:]
     port = _free_port()
     proc = subprocess.Popen(
-        [sys.executable, "-m", "dagster_webserver", "-m", "retrieval_assets.definitions", "-h", "127.0.0.1", "-p", str(port)],
+        [str(BIN / "dagster-webserver"), "-m", "retrieval_assets.definitions", "-h", "127.0.0.1", "-p", str(port)],
         cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )
     try:
@@ -55,30 +66,48 @@ def webserver(pg_dsn, tmp_path_factory):
                 if time.time() > deadline or proc.poll() is not None:
                     raise RuntimeError("dagster webserver did not start")
                 time.sleep(0.5)
-        yield port
+        yield port, launched.stderr + launched.stdout
     finally:
         proc.terminate()
         proc.wait(30)
-        with __import__("retrieval_assets.pg", fromlist=["connect"]).connect(pg_dsn) as conn:
-            for schema in ("hash", "whatif_hash", "retrieval_history"):
-                conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(PREFIX + schema)))
+        with pg.connect(pg_dsn) as conn:
+            conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(DATABASE)))
+            for schema in conn.execute("SELECT nspname FROM pg_namespace WHERE nspname LIKE %s", (PREFIX + "%",)).fetchall():
+                conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(schema[0])))
+
+
+def test_the_main_command_prints_the_summary_not_debug_events(webserver):
+    _, output = webserver
+    assert "DEBUG" not in output and "Telemetry" not in output and "Warning" not in output
+    assert "eval_run hash (corpus fixture, 48 queries): ts_rank_cd:mmr recall@10" in output
+    assert "RETRIEVAL_ANALYSIS.md" in output
+
+
+def test_a_command_line_run_shows_in_the_ui(webserver):
+    port, _ = webserver
+    data = _graphql(port, """{ runsOrError { ... on Runs { results { runId jobName status tags { key value } } } } }""")
+    [run] = data["runsOrError"]["results"]
+    assert run["jobName"] == "evaluate_embedders" and run["status"] == "SUCCESS"
+    assert {"key": "dagster/partition", "value": "hash"} in run["tags"]
 
 
 def test_graphql_lists_assets_and_partitions(webserver):
-    data = _graphql(webserver, "{ assetNodes { assetKey { path } groupName partitionKeys kinds } }")
+    data = _graphql(webserver[0], "{ assetNodes { assetKey { path } groupName partitionKeys kinds } }")
     nodes = {"/".join(n["assetKey"]["path"]): n for n in data["assetNodes"]}
-    assert set(nodes) == {"documents", "chunks", "golden_queries", "chunk_index", "eval_run", "failure_report", "embedder_comparison", "answers", "cranfield_report"}
+    assert set(nodes) == {"documents", "chunks", "golden_queries", "chunk_index", "eval_run", "failure_report", "what_ifs",
+                          "embedder_comparison", "answers", "cranfield_report"}
     assert nodes["eval_run"]["partitionKeys"] == ["hash", "minilm", "bge-small"]
     assert nodes["documents"]["partitionKeys"] == []
-    assert {n["groupName"] for k, n in nodes.items() if k not in ("answers", "cranfield_report")} == {"retrieval"}
+    assert {n["groupName"] for k, n in nodes.items() if k not in ("answers", "cranfield_report", "what_ifs")} == {"retrieval"}
     assert nodes["cranfield_report"]["groupName"] == "benchmark"
     assert nodes["answers"]["groupName"] == "live"
+    assert nodes["what_ifs"]["groupName"] == "experiments"
     assert "postgres" in nodes["chunk_index"]["kinds"]
 
 
 def test_graphql_shows_the_latest_eval_run_metadata(webserver):
     data = _graphql(
-        webserver,
+        webserver[0],
         """{ assetOrError(assetKey: {path: ["eval_run"]}) { ... on Asset {
               assetMaterializations(limit: 1) { partition metadataEntries { label
                 ... on FloatMetadataEntry { floatValue } ... on MarkdownMetadataEntry { mdStr } } } } } }""",
@@ -86,6 +115,7 @@ def test_graphql_shows_the_latest_eval_run_metadata(webserver):
     [event] = data["assetOrError"]["assetMaterializations"]
     assert event["partition"] == "hash"
     entries = {e["label"]: e for e in event["metadataEntries"]}
-    assert 0.0 < entries["mmr/mrr"]["floatValue"] <= 1.0
-    assert entries["mmr/recall@k"]["floatValue"] >= 0.85
+    assert list(entries)[:3] == ["recall@k", "mrr", "ndcg@k"]
+    assert 0.0 < entries["mrr"]["floatValue"] <= 1.0
+    assert entries["recall@k"]["floatValue"] >= 0.85 and entries["ts_rank_cd/mmr/recall@k"]["floatValue"] == entries["recall@k"]["floatValue"]
     assert "| mmr | conceptual |" in entries["by_kind"]["mdStr"]

@@ -9,7 +9,7 @@ import dagster as dg
 from retrieval_assets import answer, claude, partitions
 from retrieval_assets.citations import invalid_citations
 from retrieval_assets.defs.partitions import embedders
-from retrieval_assets.defs.resources import PostgresResource
+from retrieval_assets.defs.resources import CorpusResource, PostgresResource
 from retrieval_assets.pipeline import Retriever
 from retrieval_assets.rerank import LexicalReranker
 
@@ -56,14 +56,15 @@ def _md_cell(text: str, limit: int = 300) -> str:
     description="Cited answers to a list of questions from the partition's index: sources (hybrid -> BM25 -> MMR), "
     "a numbered-source prompt, Claude (or the offline extractive answerer), and the faithfulness check of every answer.",
 )
-def answers(context: dg.AssetExecutionContext, config: AnswersConfig, postgres: PostgresResource) -> dg.MaterializeResult:
+def answers(context: dg.AssetExecutionContext, config: AnswersConfig, postgres: PostgresResource,
+            corpus: CorpusResource) -> dg.MaterializeResult:
     check_answerer(config.answerer)
     if config.top_k < 1:
         raise dg.Failure(f"top_k must be at least 1, got {config.top_k}")
     if not config.questions or any(not q.strip() for q in config.questions):
         raise dg.Failure("questions must be a non-empty list of non-empty strings")
     key = context.partition_key
-    retriever = Retriever(postgres.schema(key), partitions.embedder(key), LexicalReranker())
+    retriever = Retriever(postgres.schema(key, corpus=corpus.key), partitions.embedder(key), LexicalReranker())
     params = answer.SOURCES.with_(k=config.top_k)
     meta: dict = {"answerer": config.answerer, "model": (config.model or claude.MODEL) if config.answerer == "claude" else "none",
                   "support_floor": answer.SUPPORT_FLOOR, "questions": len(config.questions)}

@@ -1,53 +1,75 @@
-"""The failure report: every golden-set miss of the full pipeline, classified, with what-ifs."""
+"""The failure report (every golden-set miss of the default pipeline, classified, from eval_run's
+own traces) and, as an optional asset off the default job, the what-if experiments."""
 
 from pathlib import Path
 
 import dagster as dg
 
 from retrieval_assets import diagnose, partitions
-from retrieval_assets.defs.corpus import PROJECT_ROOT
 from retrieval_assets.defs.partitions import embedders
-from retrieval_assets.defs.resources import PostgresResource
+from retrieval_assets.defs.resources import CorpusResource, PostgresResource, user_errors
 from retrieval_assets.evaluation import Evaluation
 from retrieval_assets.pipeline import Retriever
 from retrieval_assets.rerank import LexicalReranker
 from retrieval_assets.types import Chunk, Document, GoldenQuery
 
 
-class DiagnoseConfig(dg.Config):
-    what_if: bool = True  # re-run the golden set with each mechanical fix (scratch schemas)
-    report_dir: str = str(PROJECT_ROOT / ".retrieval" / "reports")
+def _write(context: dg.AssetExecutionContext, corpus: CorpusResource, report: diagnose.Report) -> tuple[Path, str]:
+    text = diagnose.render(report)
+    path = corpus.report_path(context.partition_key)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    return path, text
 
 
 @dg.asset(
     partitions_def=embedders,
     kinds={"markdown", "postgres"},
     group_name="retrieval",
-    description="Every golden query the full pipeline misses, classified, with a fix and what-if results.",
+    description="Every golden query the default pipeline misses, classified from eval_run's traces (no query is "
+    "searched again), with a fix; written to <report_dir>/<corpus>/<partition>/RETRIEVAL_ANALYSIS.md.",
 )
-def failure_report(context: dg.AssetExecutionContext, config: DiagnoseConfig, postgres: PostgresResource,
-                   eval_run: Evaluation, golden_queries: list[GoldenQuery], documents: list[Document],
-                   chunks: list[Chunk]) -> dg.MaterializeResult:
+def failure_report(context: dg.AssetExecutionContext, postgres: PostgresResource, corpus: CorpusResource,
+                   eval_run: Evaluation | None, golden_queries: list[GoldenQuery]):
     key = context.partition_key
-    retriever = Retriever(postgres.schema(key), partitions.embedder(key), LexicalReranker())
-    params = eval_run.params  # the ts_rank_cd evaluation, the pipeline this report explains
-    with postgres.connect() as conn:
-        misses = diagnose.diagnose(conn, retriever, golden_queries, params)
-        what_ifs = []
-        if config.what_if:
-            other = "minilm" if key != "minilm" else "hash"
-            try:
-                others = {other: Retriever(postgres.schema(other), partitions.embedder(other), retriever.reranker)}
-            except (ValueError, RuntimeError):
-                others = {other: None}
-            what_ifs = diagnose.what_if(conn, retriever, golden_queries, documents, chunks, params,
-                                        scratch=postgres.schema(key, "whatif"), others=others)
-    report = diagnose.Report(key, eval_run.k, eval_run.n, len(golden_queries), misses, what_ifs)
-    text = diagnose.render(report)
-    path = Path(config.report_dir) / key / "RETRIEVAL_ANALYSIS.md"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(text)
-    counts = {f"failures/{kind}": sum(d.failure == kind for d in misses) for kind in diagnose.FAILURES}
-    rescued = {f"rescued/{w.fix}: {w.variant}": len(w.rescued) for w in what_ifs}
-    return dg.MaterializeResult(metadata={"misses": len(misses), **counts, **rescued, "path": str(path),
-                                          "report": dg.MetadataValue.md(text)})
+    if eval_run is None:
+        context.log.info(f"failure_report {key}: nothing to evaluate, no report written")
+        return dg.Output(None, metadata={"status": "nothing to evaluate: the corpus has no golden queries"})
+    with user_errors(f"failure_report {key}"), postgres.connect() as conn:
+        misses = diagnose.explain(conn, postgres.schema(key, corpus=corpus.key), eval_run, golden_queries)
+    report = diagnose.Report(key, eval_run.k, eval_run.n, len(golden_queries), misses)
+    path, text = _write(context, corpus, report)
+    by_kind = {kind: sum(d.failure == kind for d in misses) for kind in diagnose.FAILURES}
+    counts = {f"failures/{kind}": n for kind, n in by_kind.items()}
+    kinds = ", ".join(f"{kind} {n}" for kind, n in by_kind.items() if n) or "none"
+    context.log.info(f"failure_report {key}: {len(misses)} of {len(golden_queries)} queries missed ({kinds}); report: {path}")
+    return dg.Output(report, metadata={"misses": len(misses), "path": str(path), **counts, "report": dg.MetadataValue.md(text)})
+
+
+@dg.asset(
+    partitions_def=embedders,
+    kinds={"markdown", "postgres"},
+    group_name="experiments",
+    description="Optional, off the default job and schedule: re-run the golden set with each mechanical fix (fusion "
+    "weights, re-chunked copies in a scratch schema, the other embedder's index of the same corpus) and add the "
+    "rescued and lost queries to the failure report.",
+)
+def what_ifs(context: dg.AssetExecutionContext, postgres: PostgresResource, corpus: CorpusResource,
+             failure_report: diagnose.Report | None, eval_run: Evaluation | None, golden_queries: list[GoldenQuery],
+             documents: list[Document], chunks: list[Chunk]) -> dg.MaterializeResult:
+    key = context.partition_key
+    if failure_report is None or eval_run is None:
+        return dg.MaterializeResult(metadata={"status": "nothing to evaluate: the corpus has no golden queries"})
+    with user_errors(f"what_ifs {key}"), postgres.connect() as conn:
+        retriever = Retriever(postgres.schema(key, corpus=corpus.key), partitions.embedder(key), LexicalReranker())
+        other = "minilm" if key != "minilm" else "hash"
+        others = {other: Retriever(postgres.schema(other, corpus=corpus.key), partitions.embedder(other), retriever.reranker)
+                  if partitions.get(other).available() else None}
+        results = diagnose.what_if(conn, retriever, golden_queries, documents, chunks, eval_run.params,
+                                   scratch=postgres.schema(key, "whatif", corpus.key), others=others, progress=context.log.info)
+    report = diagnose.Report(failure_report.partition, failure_report.k, failure_report.n, failure_report.queries,
+                             failure_report.misses, results)
+    path, text = _write(context, corpus, report)
+    rescued = {f"rescued/{w.fix}: {w.variant}": len(w.rescued) for w in results}
+    context.log.info(f"what_ifs {key}: {len(results)} experiments, best rescues {max(rescued.values(), default=0)}; report: {path}")
+    return dg.MaterializeResult(metadata={**rescued, "path": str(path), "report": dg.MetadataValue.md(text)})

@@ -1,19 +1,29 @@
-"""The whole graph as a job, and a schedule that re-evaluates every embedder partition."""
-
+"""The whole graph as a job, and a schedule that re-evaluates every embedder that can run here."""
 
 import dagster as dg
 
+from retrieval_assets import partitions
 from retrieval_assets.defs.partitions import embedders
 
 evaluate_embedders = dg.define_asset_job(
     "evaluate_embedders",
     selection=dg.AssetSelection.groups("retrieval"),
-    description="Index and evaluate one embedder partition, then refresh the report and the comparison.",
+    description="Index and evaluate one embedder partition, then write the failure report and refresh the comparison.",
 )
 
 
 @dg.schedule(job=evaluate_embedders, cron_schedule="0 3 * * *", default_status=dg.DefaultScheduleStatus.STOPPED,
-             description="Nightly: one run per embedder partition.")
+             description="Nightly: one run per embedder partition whose model files are on this machine.")
 def nightly_evaluation(context: dg.ScheduleEvaluationContext):
+    runnable, skipped = [], {}
     for key in embedders.get_partition_keys():
-        yield dg.RunRequest(run_key=f"{key}-{context.scheduled_execution_time:%Y%m%d}", partition_key=key)
+        reason = partitions.get(key).missing()
+        if reason is None:
+            runnable.append(key)
+        else:
+            skipped[key] = reason
+    for key, reason in skipped.items():
+        context.log.info(f"not scheduled: partition {key}: {reason}")
+    if not runnable:
+        return dg.SkipReason("no embedder can run here: " + "; ".join(f"{k}: {r}" for k, r in skipped.items()))
+    return [dg.RunRequest(run_key=f"{key}-{context.scheduled_execution_time:%Y%m%d}", partition_key=key) for key in runnable]

@@ -1,29 +1,79 @@
-"""Postgres for the assets (``RETRIEVAL_DSN`` when set, else the embedded default of ``pg.py``),
-and the run executor."""
+"""The resources every asset reads: the corpus, Postgres (``RETRIEVAL_DSN`` when set, else the
+embedded default of ``pg.py``), and the run executor; ``user_errors`` turns the library's
+bad-input errors into one clear step failure."""
 
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
 
 import dagster as dg
 import psycopg
 
 from retrieval_assets import partitions, pg
+from retrieval_assets.chunker import CorpusError
+from retrieval_assets.fastembed_models import ModelUnavailableError
+from retrieval_assets.golden import GoldenError
+
+
+class CorpusResource(dg.ConfigurableResource):
+    """The corpus of a run: a folder of Markdown files (any depth; or the seed's docs/*.md and
+    stories/*.txt) with an optional golden.yaml. Its name keys the index schemas, history rows
+    and reports, so a corpus of your own never touches the fixture's."""
+
+    path: str = str(partitions.FIXTURE_DIR)
+    name: str = ""  # default: "fixture" for the fixture corpus, else the folder's name
+    report_dir: str = ""  # default: <RETRIEVAL_HOME>/.retrieval/reports (outside the tracked tree)
+
+    @property
+    def key(self) -> str:
+        return partitions.check_corpus_name(self.name) if self.name else partitions.corpus_name_for(self.path)
+
+    @property
+    def golden_path(self) -> Path:
+        return Path(self.path) / "golden.yaml"
+
+    @property
+    def is_fixture(self) -> bool:
+        return self.key == partitions.FIXTURE
+
+    def report_path(self, partition: str) -> Path:
+        base = Path(self.report_dir) if self.report_dir else pg.project_home() / ".retrieval" / "reports"
+        return base / self.key / partition / "RETRIEVAL_ANALYSIS.md"
 
 
 class PostgresResource(dg.ConfigurableResource):
-    """Connections to the retrieval database; each embedder partition works in its own schema."""
+    """Connections to the retrieval database; each embedder partition of a corpus works in its own schema."""
 
     dsn: str | None = None
     schema_prefix: str = ""  # before every schema name (tests use their own)
 
-    def schema(self, partition: str, role: str = "index") -> str:
-        return partitions.schema_name(partition, role, self.schema_prefix)
+    def schema(self, partition: str, role: str = "index", corpus: str = partitions.FIXTURE) -> str:
+        return partitions.schema_name(partition, role, self.schema_prefix, corpus)
 
     @property
     def history_schema(self) -> str:
         return self.schema_prefix + partitions.HISTORY
 
+    @property
+    def io_schema(self) -> str:
+        return self.schema_prefix + partitions.IO_VALUES
+
     def connect(self) -> psycopg.Connection:
         return pg.connect(self.dsn)
+
+
+USER_ERRORS = (CorpusError, GoldenError, pg.ConnectError, ModelUnavailableError)
+
+
+@contextmanager
+def user_errors(what: str) -> Iterator[None]:
+    """Re-raise a bad corpus, golden set, server or model as ``dg.Failure`` with the library's
+    message (which names the file, query id or host, never a password), without a traceback."""
+    try:
+        yield
+    except USER_ERRORS as exc:
+        raise dg.Failure(description=f"{what}: {exc}") from None
 
 
 @dg.definitions
@@ -32,9 +82,12 @@ def resources() -> dg.Definitions:
     # multiprocess executor re-imports Dagster (about 1.2 s) in a new process for every step
     # (measured: 17 s against 3.2 s for a four-asset graph on a 2-core machine).
     return dg.Definitions(
-        resources={"postgres": PostgresResource(
-            dsn=dg.EnvVar("RETRIEVAL_DSN") if os.environ.get("RETRIEVAL_DSN") else None,
-            schema_prefix=partitions.env_prefix(),
-        )},
+        resources={
+            "postgres": PostgresResource(
+                dsn=dg.EnvVar("RETRIEVAL_DSN") if os.environ.get("RETRIEVAL_DSN") else None,
+                schema_prefix=partitions.env_prefix(),
+            ),
+            "corpus": CorpusResource(),
+        },
         executor=dg.in_process_executor,
     )

@@ -1,0 +1,90 @@
+"""The Dagster instance of this project, named by the root ``dagster.yaml``.
+
+Every way of running the graph (``dg launch``, ``dagster asset materialize``, ``dagster dev``,
+``python -m retrieval_assets.ui``, ``dagster-daemon``) reads that file from the project root, so
+every run lands in one history: run, event-log and schedule storage in Postgres
+(``DAGSTER_PG_URL``, else a ``dagster`` database created on the retrieval server), artifacts
+and compute logs under ``<RETRIEVAL_HOME>/.retrieval/dagster``. This module is Dagster wiring,
+like ``definitions.py``; the pipeline modules never import it.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from urllib.parse import quote
+
+from dagster._core.storage.local_compute_log_manager import LocalComputeLogManager
+from dagster._core.storage.root import LocalArtifactStorage
+from dagster_postgres import DagsterPostgresStorage
+from psycopg import sql
+from psycopg.conninfo import conninfo_to_dict
+
+from retrieval_assets import pg
+
+DATABASE = "dagster"
+
+
+def dagster_url(database: str = DATABASE) -> str:
+    """``DAGSTER_PG_URL`` when set, else ``database`` on the retrieval server (created if missing)."""
+    if os.environ.get("DAGSTER_PG_URL"):
+        return os.environ["DAGSTER_PG_URL"]
+    dsn = pg.resolve_dsn()
+    with pg.connect(dsn, autocommit=True) as conn:
+        if conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (database,)).fetchone() is None:
+            conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(database)))
+    params = conninfo_to_dict(dsn)
+    params["dbname"] = database
+    return sqlalchemy_url(params)
+
+
+def sqlalchemy_url(params: dict) -> str:
+    """A SQLAlchemy URL on psycopg2, which dagster-postgres uses; Unix-socket hosts go in the query string."""
+    user = quote(params.get("user") or "postgres", safe="")
+    password = f":{quote(params['password'], safe='')}" if params.get("password") else ""
+    host = params.get("host") or "localhost"
+    port = params.get("port")
+    if host.startswith("/"):
+        return f"postgresql+psycopg2://{user}{password}@/{params['dbname']}?host={quote(host, safe='/')}" + (f"&port={port}" if port else "")
+    return f"postgresql+psycopg2://{user}{password}@{host}{':' + port if port else ''}/{params['dbname']}"
+
+
+def local_dir(name: str) -> str:
+    """``<RETRIEVAL_HOME>/.retrieval/dagster/<name>``: instance files that stay on this machine."""
+    return str(Path(pg.project_home()) / ".retrieval" / "dagster" / name)
+
+
+class RetrievalStorage(DagsterPostgresStorage):
+    """Run, event-log and schedule storage in the Postgres of :func:`dagster_url`."""
+
+    @classmethod
+    def config_type(cls):
+        return {}
+
+    @classmethod
+    def from_config_value(cls, inst_data, config_value):  # noqa: ARG003 - nothing to configure
+        return cls(postgres_url=dagster_url(), inst_data=inst_data)
+
+
+class RetrievalArtifactStorage(LocalArtifactStorage):
+    """Local artifacts (run scratch files) under ``.retrieval/dagster``."""
+
+    @classmethod
+    def config_type(cls):
+        return {}
+
+    @classmethod
+    def from_config_value(cls, inst_data, config_value):  # noqa: ARG003
+        return cls(base_dir=local_dir("artifacts"), inst_data=inst_data)
+
+
+class RetrievalComputeLogs(LocalComputeLogManager):
+    """Captured stdout/stderr of each step under ``.retrieval/dagster/logs``."""
+
+    @classmethod
+    def config_type(cls):
+        return {}
+
+    @classmethod
+    def from_config_value(cls, inst_data, config_value):  # noqa: ARG003
+        return cls(base_dir=local_dir("logs"), inst_data=inst_data)
