@@ -2,7 +2,8 @@
 
 Commands: ``index`` (sync a corpus into a partition's command-line schema), ``evaluate`` (the
 golden-set report), ``diagnose`` (the failure report with what-ifs), ``chunk-stats`` (corpus
-statistics) and ``answer`` (an extractive cited answer). Every command indexes into
+statistics), ``answer`` (an extractive cited answer), and over the assets' history ``runs``
+(the latest evaluations) and ``diff`` (per-query changes between two runs). Every command indexes into
 ``partitions.schema_name(embedder, "cli")`` (after ``$RETRIEVAL_SCHEMA_PREFIX``), never the
 Dagster assets' schema. Every bad
 argument or input is one ``error: ...`` line on stderr and exit status 2.
@@ -15,7 +16,7 @@ import json
 import sys
 from pathlib import Path
 
-from retrieval_assets import answer, chunker, diagnose, evaluation, golden, partitions, pg, store
+from retrieval_assets import answer, chunker, diagnose, evaluation, golden, history, partitions, pg, regression, store
 from retrieval_assets.datasets import DatasetError
 from retrieval_assets.fastembed_models import ModelUnavailableError
 from retrieval_assets.params import DEFAULT, LEXICAL, RetrievalParams
@@ -44,6 +45,16 @@ def _parser() -> argparse.ArgumentParser:
         "chunk-stats": "print corpus statistics as JSON",
         "answer": "index, then answer a question from the corpus with cited source sentences",
     }
+    for name, help_text in {"runs": "list the latest evaluations in the assets' history (run ids for diff)",
+                            "diff": "per-query nDCG and rank changes of one pipeline between two runs of the history"}.items():
+        p = commands.add_parser(name, help=help_text, description=help_text)
+        p.add_argument("--dsn", default=None, help="Postgres DSN (default: $RETRIEVAL_DSN, else the embedded server)")
+        p.add_argument("--pipeline", default="mmr", help="pipeline name as recorded (mmr, rerank, hybrid, bm25:mmr, ...)")
+        if name == "diff":
+            p.add_argument("before", help="run id (or a unique prefix) of the earlier run")
+            p.add_argument("after", help="run id (or a unique prefix) of the later run")
+        else:
+            p.add_argument("--corpus-name", default=None, help="only this corpus (default: all)")
     for name, help_text in specs.items():
         p = commands.add_parser(name, help=help_text, description=help_text)
         p.add_argument("--corpus", default=str(PROJECT_CORPUS), help=f"corpus directory (default: the fixture corpus, {PROJECT_CORPUS})")
@@ -136,10 +147,45 @@ def _answer(conn, args, documents, chunks, out) -> None:
         print(f"[{n}] {c.chunk_id} ({score:.2f})", file=out)
 
 
+def _run_id(conn, schema: str, prefix: str) -> str:
+    matches = {r["run_id"] for r in history.runs(conn, schema, limit=100000) if r["run_id"].startswith(prefix)}
+    if len(matches) != 1:
+        raise UsageError(f"run '{prefix}': {'no such run' if not matches else 'ambiguous prefix'} in {schema}.eval_queries "
+                         "(python -m retrieval_assets runs lists them)")
+    return matches.pop()
+
+
+def _history(args, out) -> None:
+    schema = partitions.env_prefix() + partitions.HISTORY
+    with pg.connect(args.dsn) as conn:
+        if args.command == "runs":
+            print(f"{'run':<10} {'partition':<10} {'corpus':<12} {'k':>3} {'queries':>7}  time (UTC)", file=out)
+            for r in history.runs(conn, schema, args.corpus_name):
+                print(f"{r['run_id'][:8]:<10} {r['partition']:<10} {r['corpus']:<12} {r['k']:>3} {r['queries']:>7}  {r['created_at']:%Y-%m-%d %H:%M}", file=out)
+            return
+        before, after = (_run_id(conn, schema, prefix) for prefix in (args.before, args.after))
+        a, b = history.query_rows(conn, schema, before, args.pipeline), history.query_rows(conn, schema, after, args.pipeline)
+    if not a or not b:
+        raise UsageError(f"pipeline '{args.pipeline}' has no per-query rows in {'run ' + before[:8] if not a else 'run ' + after[:8]}")
+    same = [q for q in sorted(set(a) & set(b)) if a[q]["doc_hash"] == b[q]["doc_hash"]]
+    changes = [regression.Change(q, b[q]["kind"], a[q]["first_rank"], b[q]["first_rank"], a[q]["ndcg_at_k"], b[q]["ndcg_at_k"]) for q in same]
+    mean, low, high = regression.paired_bootstrap([c.delta for c in changes])
+    left_out = sorted(set(a) ^ set(b) | {q for q in set(a) & set(b) if q not in same})
+    print(f"{args.pipeline}: {before[:8]} -> {after[:8]}: {len(same)} paired queries, mean nDCG change {mean:+.4f} "
+          f"(95% bootstrap interval {low:+.4f} to {high:+.4f})" + (f"; left out (changed or not in both): {', '.join(left_out)}" if left_out else ""), file=out)
+    print(f"{'query':<8} {'kind':<11} {'rank':>11} {'nDCG before':>12} {'after':>7} {'change':>7}", file=out)
+    show = lambda r: "-" if r is None else str(r)  # noqa: E731
+    for c in sorted(changes, key=lambda c: (c.delta, c.query_id)):
+        print(f"{c.query_id:<8} {c.kind:<11} {show(c.rank_before):>5} -> {show(c.rank_after):<3} {c.before:>12.3f} {c.after:>7.3f} {c.delta:>+7.3f}", file=out)
+
+
 def run(argv: list[str] | None = None, out=None) -> int:
     """Parse ``argv`` and run the command; raises ``UsageError`` and the library's errors."""
     out = out or sys.stdout
     args = _parser().parse_args(argv)
+    if args.command in ("runs", "diff"):
+        _history(args, out)
+        return 0
     documents = chunker.load_documents(args.corpus)
     if args.command == "chunk-stats":
         print(json.dumps(chunker.stats(documents, max_chars=args.max_chars, overlap=args.overlap), indent=2), file=out)

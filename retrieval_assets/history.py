@@ -1,18 +1,25 @@
-"""The evaluation history: one row per pipeline of every evaluation, in ``<schema>.eval_runs``.
+"""The evaluation history: one row per pipeline of every evaluation in ``<schema>.eval_runs``,
+and one row per query and pipeline in ``<schema>.eval_queries``.
 
-Contract: ``record_run`` appends the rows of one ``Evaluation`` (creating the schema and table
-if missing, and adding the columns a table from an older version lacks) in one transaction;
-``latest_runs`` returns the newest row of every (partition, pipeline) of one corpus, ``[]``
-before the first run. Rows written before the ``corpus`` column existed belong to the fixture.
+Contract: ``record_run`` appends the rows of one ``Evaluation`` to both tables (creating the
+schema and tables if missing, and adding the columns a table from an older version lacks) in
+one transaction; ``latest_runs`` returns the newest row of every (partition, pipeline) of one
+corpus, ``[]`` before the first run; ``trend`` the last runs' averages of one pipeline;
+``query_rows`` one run's per-query rows; ``previous_run`` the latest earlier run of the same
+partition and corpus with per-query rows. Rows written before the ``corpus`` column existed
+belong to the fixture.
 """
 
 from __future__ import annotations
+
+from collections.abc import Mapping
 
 import psycopg
 from psycopg import sql
 from psycopg.rows import dict_row
 
 from retrieval_assets.evaluation import Evaluation
+from retrieval_assets.metrics import score_query
 from retrieval_assets.partitions import FIXTURE
 
 # eval_runs columns written by record_run, with their types (id and created_at are filled in)
@@ -24,17 +31,32 @@ COLUMNS = {
 }
 # columns added after the first version, with the value older rows get
 ADDED = {"corpus": sql.Literal(FIXTURE)}
+# eval_queries columns: per query and pipeline, its first relevant rank (within the list the
+# pipeline returns; null: none) and scores; doc_hash identifies the query's document, text and anchor
+QUERY_COLUMNS = {
+    "run_id": "text", "partition": "text", "corpus": "text", "pipeline": "text", "k": "int", "query_id": "text",
+    "kind": "text", "first_rank": "int", "recall_at_k": "float8", "rr": "float8", "ndcg_at_k": "float8", "doc_hash": "text",
+}
+# the list whose first relevant rank each pipeline reports (QueryResult.ranks)
+RANK_LIST = {"hybrid": "fused", "rerank": "reranked", "mmr": "final"}
 
 
-def _table(schema: str) -> sql.Identifier:
-    return sql.Identifier(schema, "eval_runs")
+def _table(schema: str, name: str = "eval_runs") -> sql.Identifier:
+    return sql.Identifier(schema, name)
+
+
+def _columns_sql(columns: Mapping[str, str]) -> sql.Composed:
+    return sql.SQL(", ").join(sql.SQL("{} {}").format(sql.Identifier(c), sql.SQL(t)) for c, t in columns.items())
 
 
 def _ensure(conn: psycopg.Connection, schema: str) -> None:
     """Create ``schema.eval_runs`` if missing and add the columns an older table lacks (idempotent)."""
     conn.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(schema)))
     conn.execute(sql.SQL("CREATE TABLE IF NOT EXISTS {} (id bigserial PRIMARY KEY, {}, created_at timestamptz DEFAULT now())").format(
-        _table(schema), sql.SQL(", ").join(sql.SQL("{} {}").format(sql.Identifier(c), sql.SQL(t)) for c, t in COLUMNS.items())))
+        _table(schema), _columns_sql(COLUMNS)))
+    conn.execute(sql.SQL("CREATE TABLE IF NOT EXISTS {} (id bigserial PRIMARY KEY, {}, created_at timestamptz DEFAULT now())").format(
+        _table(schema, "eval_queries"), _columns_sql(QUERY_COLUMNS)))
+    conn.execute(sql.SQL("CREATE INDEX IF NOT EXISTS eval_queries_run ON {} (run_id, pipeline)").format(_table(schema, "eval_queries")))
     present = {r[0] for r in conn.execute(
         "SELECT column_name FROM information_schema.columns WHERE table_schema = %s AND table_name = 'eval_runs'", (schema,))}
     for column, default in ADDED.items():
@@ -49,11 +71,23 @@ def _exists(conn: psycopg.Connection, schema: str) -> bool:
                         (schema,)).fetchone()[0]
 
 
-def record_run(conn: psycopg.Connection, schema: str, ev: Evaluation, *, run_id: str, partition: str, embedder: str,
-               corpus_hash: str, code_version: str, variant: str = "", corpus: str = FIXTURE) -> None:
-    """Append one row per pipeline of ``ev`` to ``schema.eval_runs``.
+def _ready(conn: psycopg.Connection, schema: str) -> bool:
+    """False before the first run; else True, with an older version's tables brought up to date."""
+    if not _exists(conn, schema):
+        return False
+    with conn.transaction():
+        _ensure(conn, schema)
+    return True
 
-    ``variant`` prefixes the pipeline names (``bm25:mmr``) of a non-default configuration.
+
+def record_run(conn: psycopg.Connection, schema: str, ev: Evaluation, *, run_id: str, partition: str, embedder: str,
+               corpus_hash: str, code_version: str, variant: str = "", corpus: str = FIXTURE,
+               doc_hashes: Mapping[str, str] | None = None) -> None:
+    """Append one row per pipeline of ``ev`` to ``schema.eval_runs`` and one per query and
+    pipeline to ``schema.eval_queries``.
+
+    ``variant`` prefixes the pipeline names (``bm25:mmr``) of a non-default configuration;
+    ``doc_hashes`` maps query ids to the hash of their document, query text and anchor.
     """
     latency = ev.latency_ms
     rows = [
@@ -63,23 +97,73 @@ def record_run(conn: psycopg.Connection, schema: str, ev: Evaluation, *, run_id:
          "corpus_hash": corpus_hash, "code_version": code_version, "corpus": corpus}
         for name, m in ev.metrics.items()
     ]
-    columns = sql.SQL(", ").join(map(sql.Identifier, COLUMNS))
+    per_query = []
+    for q in ev.queries:
+        for name in ev.metrics:
+            recall, _, rr, ndcg = score_query(q.ranked[name], set(q.relevant), ev.k)
+            per_query.append({"run_id": run_id, "partition": partition, "corpus": corpus, "pipeline": variant + name, "k": ev.k,
+                              "query_id": q.query_id, "kind": q.kind, "first_rank": q.ranks.get(RANK_LIST[name]),
+                              "recall_at_k": recall, "rr": rr, "ndcg_at_k": ndcg, "doc_hash": (doc_hashes or {}).get(q.query_id, "")})
     with conn.transaction():
         _ensure(conn, schema)
         with conn.cursor() as cur:
-            cur.executemany(sql.SQL("INSERT INTO {} ({}) VALUES ({})").format(
-                _table(schema), columns, sql.SQL(", ").join(map(sql.Placeholder, COLUMNS))), rows)
+            for table, columns, values in (("eval_runs", COLUMNS, rows), ("eval_queries", QUERY_COLUMNS, per_query)):
+                cur.executemany(sql.SQL("INSERT INTO {} ({}) VALUES ({})").format(
+                    _table(schema, table), sql.SQL(", ").join(map(sql.Identifier, columns)),
+                    sql.SQL(", ").join(map(sql.Placeholder, columns))), values)
 
 
 def latest_runs(conn: psycopg.Connection, schema: str, corpus: str = FIXTURE) -> list[dict]:
     """The newest row of every (partition, pipeline) of ``corpus`` in ``schema.eval_runs``; [] before the first run."""
-    if not _exists(conn, schema):
+    if not _ready(conn, schema):
         return []
-    with conn.transaction():
-        _ensure(conn, schema)
     with conn.cursor(row_factory=dict_row) as cur:
         return cur.execute(sql.SQL(
             """SELECT DISTINCT ON (partition, pipeline) partition, embedder, pipeline, k, recall_at_k, precision_at_k,
                       mrr, ndcg_at_k, pool_recall, run_id, created_at
                FROM {} WHERE corpus = %s ORDER BY partition, pipeline, created_at DESC, id DESC""").format(_table(schema)),
             (corpus,)).fetchall()
+
+
+def trend(conn: psycopg.Connection, schema: str, corpus: str = FIXTURE, pipeline: str = "mmr", runs: int = 20) -> list[dict]:
+    """The last ``runs`` rows of ``pipeline`` per partition of ``corpus``, oldest first; [] before the first run."""
+    if not _ready(conn, schema):
+        return []
+    with conn.cursor(row_factory=dict_row) as cur:
+        return cur.execute(sql.SQL(
+            """SELECT partition, run_id, k, recall_at_k, mrr, ndcg_at_k, created_at FROM (
+                   SELECT *, row_number() OVER (PARTITION BY partition ORDER BY created_at DESC, id DESC) AS age
+                   FROM {} WHERE corpus = %s AND pipeline = %s) recent
+               WHERE age <= %s ORDER BY partition, created_at, id""").format(_table(schema)), (corpus, pipeline, runs)).fetchall()
+
+
+def query_rows(conn: psycopg.Connection, schema: str, run_id: str, pipeline: str = "mmr") -> dict[str, dict]:
+    """``{query_id: row}`` of one run and pipeline in ``schema.eval_queries``; {} when there are none."""
+    if not _ready(conn, schema):
+        return {}
+    with conn.cursor(row_factory=dict_row) as cur:
+        rows = cur.execute(sql.SQL("SELECT * FROM {} WHERE run_id = %s AND pipeline = %s ORDER BY query_id").format(
+            _table(schema, "eval_queries")), (run_id, pipeline)).fetchall()
+    return {r["query_id"]: r for r in rows}
+
+
+def previous_run(conn: psycopg.Connection, schema: str, run_id: str, *, partition: str, corpus: str) -> str | None:
+    """The latest run of ``partition`` on ``corpus`` recorded before ``run_id`` that has per-query rows."""
+    row = conn.execute(sql.SQL(
+        """SELECT q.run_id FROM {queries} q
+           WHERE q.partition = %s AND q.corpus = %s AND q.run_id <> %s
+             AND q.created_at < (SELECT min(created_at) FROM {queries} WHERE run_id = %s)
+           ORDER BY q.created_at DESC, q.id DESC LIMIT 1""").format(queries=_table(schema, "eval_queries")),
+        (partition, corpus, run_id, run_id)).fetchone()
+    return row[0] if row else None
+
+
+def runs(conn: psycopg.Connection, schema: str, corpus: str | None = None, limit: int = 20) -> list[dict]:
+    """The newest runs with per-query history: run id, partition, corpus, k, queries, time."""
+    if not _ready(conn, schema):
+        return []
+    with conn.cursor(row_factory=dict_row) as cur:
+        return cur.execute(sql.SQL(
+            """SELECT run_id, partition, corpus, max(k) AS k, count(DISTINCT query_id) AS queries, min(created_at) AS created_at
+               FROM {} WHERE %s::text IS NULL OR corpus = %s GROUP BY run_id, partition, corpus
+               ORDER BY min(created_at) DESC LIMIT %s""").format(_table(schema, "eval_queries")), (corpus, corpus, limit)).fetchall()

@@ -76,7 +76,7 @@ def test_definitions_load_with_jobs_schedule_and_partitions():
     repo = defs.get_repository_def()
     assert {k.to_user_string() for k in repo.asset_graph.get_all_asset_keys()} == {
         "documents", "chunks", "golden_queries", "chunk_index", "eval_run", "failure_report", "what_ifs",
-        "embedder_comparison", "answers", "cranfield_report"}
+        "embedder_comparison", "eval_trend", "answers", "cranfield_report"}
     job = defs.resolve_job_def("evaluate_embedders")
     assert job.partitions_def.get_partition_keys() == ["hash", "minilm", "bge-small"]
     assert "what_ifs" not in {k.to_user_string() for k in job.asset_layer.executable_asset_keys}
@@ -116,7 +116,7 @@ def test_whole_graph_for_hash_matches_the_library(resource):
     assert all(isinstance(v, str) or round(v, 4) == v for v in ev_meta.values() if isinstance(v, float))
     assert "| mmr | conceptual |" in ev_meta["by_kind"]
     checks = {e.check_name: e.passed for e in result.get_asset_check_evaluations()}
-    assert checks == {"index_consistent": True, "anchors_inside_chunks": True, "quality_floors": True}
+    assert checks == {"index_consistent": True, "anchors_inside_chunks": True, "quality_floors": True, "no_regression": True}
     assert {e.partition for e in result.get_asset_check_evaluations() if e.check_name == "quality_floors"} == {"hash"}
     report = metadata(result, "failure_report")
     assert report["misses"] == len(ev.failures()) and "| q" in report["report"]
@@ -291,3 +291,85 @@ def test_the_readme_config_for_an_own_corpus_is_valid_run_config():
     config = yaml.safe_load(block)
     assert config["resources"]["corpus"]["config"]["name"] == "handbook"
     assert dg.validate_run_config(defs.resolve_job_def("evaluate_embedders"), config)
+
+
+def check(result, name: str):
+    return next(e for e in result.get_asset_check_evaluations() if e.check_name == name)
+
+
+def test_no_regression_passes_an_unchanged_rerun_and_fails_a_real_regression_naming_the_queries(resource):
+    assert run(resource).success
+    same = run(resource)
+    verdict = check(same, "no_regression")
+    assert verdict.passed and verdict.metadata["mean_change"].value == 0.0 and verdict.metadata["paired_queries"].value == 48
+    broken = run(resource, eval_config={**NO_FLOORS, "mmr_lambda": 0.0})  # MMR by diversity alone: relevance no longer counts
+    verdict = check(broken, "no_regression")
+    assert not verdict.passed and not broken.success
+    assert verdict.metadata["mean_change"].value < -0.02 and verdict.metadata["ci_high"].value < 0
+    assert "fails: the drop exceeds 0.02" in verdict.metadata["reason"].value
+    assert "failure_report" not in done(broken)  # blocking
+    with resource.connect() as conn:
+        rows = {r[0]: r[1:] for r in conn.execute(sql.SQL(
+            "SELECT query_id, first_rank, ndcg_at_k FROM {} WHERE pipeline = 'mmr' AND run_id = %s").format(
+            sql.Identifier(resource.history_schema, "eval_queries")), (broken.run_id,))}
+        before = {r[0]: r[1:] for r in conn.execute(sql.SQL(
+            "SELECT query_id, first_rank, ndcg_at_k FROM {} WHERE pipeline = 'mmr' AND run_id = %s").format(
+            sql.Identifier(resource.history_schema, "eval_queries")), (same.run_id,))}
+    worst = min(rows, key=lambda q: (rows[q][1] - before[q][1], q))
+    worse = verdict.metadata["worse"].value
+    assert f"| {worst} |" in worse and f"| {before[worst][0] or '-'} | {rows[worst][0] or '-'} |" in worse
+    restored = run(resource)  # better again: the queries that recover are named as better
+    assert check(restored, "no_regression").passed and f"| {worst} |" in check(restored, "no_regression").metadata["better"].value
+
+
+def test_no_regression_on_a_changed_corpus_pairs_only_queries_whose_document_is_unchanged(resource, tmp_path):
+    assert run(resource).success
+    corpus_dir = tmp_path / "corpus"
+    shutil.copytree(CORPUS, corpus_dir)
+    with open(corpus_dir / "docs" / "bm25.md", "a") as f:
+        f.write("\n\nA new closing paragraph about saturation.\n")
+    bm25_queries = sorted(q["query_id"] for q in yaml.safe_load((CORPUS / "golden.yaml").read_text()) if q["doc_id"] == "bm25")
+    try:
+        verdict = check(run(resource, corpus_dir=corpus_dir, name="fixture"), "no_regression")
+        assert verdict.passed and verdict.metadata["paired_queries"].value == 48 - len(bm25_queries)
+        assert verdict.metadata["left_out"].value == ", ".join(bm25_queries)
+        assert f"({len(bm25_queries)} left out: document, query or anchor changed" in verdict.metadata["reason"].value
+    finally:
+        assert run(resource).success
+
+
+def test_no_regression_passes_with_a_reason_without_comparable_baseline(resource, tmp_path):
+    first = check(run(resource, corpus_dir=_own_corpus(tmp_path / "firstrun")), "no_regression")
+    assert first.passed and first.metadata["reason"].value.startswith("no baseline")
+    assert run(resource).success
+    other_k = check(run(resource, eval_config={**NO_FLOORS, "k": 5}), "no_regression")
+    assert other_k.passed and "used k=10, this run k=5" in other_k.metadata["reason"].value
+    assert run(resource).success  # k back to 10: compared with the last k=10 run? no: with the k=5 run, and says so
+    empty = check(run(resource, corpus_dir=_own_corpus(tmp_path / "empty", with_golden=False)), "no_regression")
+    assert empty.passed and "nothing to evaluate" in empty.metadata["reason"].value
+
+
+def test_eval_trend_plots_each_partition_over_its_last_runs(resource):
+    assert run(resource).success
+    result = run(resource, selection=["eval_trend"], partition=None)
+    meta = metadata(result, "eval_trend")
+    assert meta["runs"] >= 2 and "| hash |" in meta["table"]
+    assert meta["plot"].startswith("![eval trend](data:image/png;base64,")
+    assert Path(meta["path"]).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_the_cli_diff_names_the_changed_queries(resource, capsys, monkeypatch):
+    from retrieval_assets import cli
+
+    monkeypatch.setenv(partitions.PREFIX_VARIABLE, PREFIX)
+    a = run(resource)
+    b = run(resource, eval_config={**NO_FLOORS, "mmr_lambda": 0.0})
+    assert cli.main(["runs", "--dsn", resource.dsn]) == 0
+    listing = capsys.readouterr().out
+    assert a.run_id[:8] in listing and b.run_id[:8] in listing
+    assert cli.main(["diff", a.run_id[:8], b.run_id, "--dsn", resource.dsn]) == 0
+    out = capsys.readouterr().out
+    assert f"mmr: {a.run_id[:8]} -> {b.run_id[:8]}: 48 paired queries, mean nDCG change -" in out
+    assert cli.main(["diff", "nosuchrun", b.run_id, "--dsn", resource.dsn]) == 2
+    assert "run 'nosuchrun': no such run" in capsys.readouterr().err
+    run(resource)

@@ -66,7 +66,7 @@ def webserver(pg_dsn):
                 if time.time() > deadline or proc.poll() is not None:
                     raise RuntimeError("dagster webserver did not start")
                 time.sleep(0.5)
-        yield port, launched.stderr + launched.stdout
+        yield port, launched.stderr + launched.stdout, env
     finally:
         proc.terminate()
         proc.wait(30)
@@ -77,14 +77,14 @@ def webserver(pg_dsn):
 
 
 def test_the_main_command_prints_the_summary_not_debug_events(webserver):
-    _, output = webserver
+    _, output, _ = webserver
     assert "DEBUG" not in output and "Telemetry" not in output and "Warning" not in output
     assert "eval_run hash (corpus fixture, 48 queries): ts_rank_cd:mmr recall@10" in output
     assert "RETRIEVAL_ANALYSIS.md" in output
 
 
 def test_a_command_line_run_shows_in_the_ui(webserver):
-    port, _ = webserver
+    port, _, _ = webserver
     data = _graphql(port, """{ runsOrError { ... on Runs { results { runId jobName status tags { key value } } } } }""")
     [run] = data["runsOrError"]["results"]
     assert run["jobName"] == "evaluate_embedders" and run["status"] == "SUCCESS"
@@ -95,7 +95,7 @@ def test_graphql_lists_assets_and_partitions(webserver):
     data = _graphql(webserver[0], "{ assetNodes { assetKey { path } groupName partitionKeys kinds } }")
     nodes = {"/".join(n["assetKey"]["path"]): n for n in data["assetNodes"]}
     assert set(nodes) == {"documents", "chunks", "golden_queries", "chunk_index", "eval_run", "failure_report", "what_ifs",
-                          "embedder_comparison", "answers", "cranfield_report"}
+                          "embedder_comparison", "eval_trend", "answers", "cranfield_report"}
     assert nodes["eval_run"]["partitionKeys"] == ["hash", "minilm", "bge-small"]
     assert nodes["documents"]["partitionKeys"] == []
     assert {n["groupName"] for k, n in nodes.items() if k not in ("answers", "cranfield_report", "what_ifs")} == {"retrieval"}
@@ -119,3 +119,12 @@ def test_graphql_shows_the_latest_eval_run_metadata(webserver):
     assert 0.0 < entries["mrr"]["floatValue"] <= 1.0
     assert entries["recall@k"]["floatValue"] >= 0.85 and entries["ts_rank_cd/mmr/recall@k"]["floatValue"] == entries["recall@k"]["floatValue"]
     assert "| mmr | conceptual |" in entries["by_kind"]["mdStr"]
+
+
+def test_the_main_command_exits_non_zero_when_a_blocking_check_fails(webserver):
+    _, _, env = webserver
+    failed = subprocess.run([str(BIN / "dg"), "launch", "--job", "evaluate_embedders", "--partition", "hash",
+                             "--config-json", json.dumps({"ops": {"eval_run": {"config": {"min_recall": 1.01}}}})],
+                            cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert failed.returncode != 0
+    assert "quality_floors" in failed.stdout + failed.stderr

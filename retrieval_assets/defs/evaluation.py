@@ -4,13 +4,13 @@ import hashlib
 
 import dagster as dg
 
-from retrieval_assets import evaluation, history, partitions
+from retrieval_assets import evaluation, history, partitions, regression
 from retrieval_assets.defs.partitions import embedders
 from retrieval_assets.defs.resources import CorpusResource, PostgresResource, user_errors
 from retrieval_assets.params import DEFAULT
 from retrieval_assets.pipeline import Retriever
 from retrieval_assets.rerank import CorpusStats, LexicalReranker
-from retrieval_assets.types import Chunk, GoldenQuery
+from retrieval_assets.types import Chunk, Document, GoldenQuery
 
 EVAL_VERSION = "2"  # the eval_run asset's code_version, recorded with every history row
 DEFAULT_LEXICAL, DEFAULT_PIPELINE = "ts_rank_cd", "mmr"  # what the floors judge and the headline reports
@@ -21,6 +21,9 @@ class EvalConfig(dg.Config):
     k: int = DEFAULT.k
     n: int = DEFAULT.n
     mmr_lambda: float = DEFAULT.mmr_lambda
+    vector_weight: float = DEFAULT.weights[0]  # RRF weight of the vector list
+    lexical_weight: float = DEFAULT.weights[1]  # RRF weight of the lexical list
+    max_drop: float = 0.02  # no_regression fails when mean nDCG@k drops more than this and the 95% interval excludes 0
     min_recall: float | None = None  # None: the partition's measured floor (fixture corpus only)
     min_mrr: float | None = None
     min_ndcg: float | None = None
@@ -31,6 +34,26 @@ def _corpus_hash(chunks: list[Chunk]) -> str:
     for c in chunks:
         digest.update(f"{c.chunk_id}\0{c.text}\0".encode())
     return digest.hexdigest()[:16]
+
+
+def _doc_hashes(golden_queries: list[GoldenQuery], documents: list[Document]) -> dict[str, str]:
+    """Per query, a hash of its document's text, its query text and its anchor: what decides its relevant chunks."""
+    texts = {d.doc_id: d.text for d in documents}
+    return {q.query_id: hashlib.sha256(f"{texts.get(q.doc_id, '')}\0{q.query}\0{q.anchor}".encode()).hexdigest()[:16]
+            for q in golden_queries}
+
+
+def _regression_check(conn, postgres: PostgresResource, run_id: str, key: str, corpus: str, max_drop: float) -> dg.AssetCheckResult:
+    verdict = regression.compare(conn, postgres.history_schema, run_id, partition=key, corpus=corpus,
+                                 pipeline=DEFAULT_PIPELINE, max_drop=max_drop)
+    return dg.AssetCheckResult(
+        check_name="no_regression", passed=verdict.passed,
+        metadata={"reason": verdict.reason, "baseline_run": verdict.baseline or "none", "paired_queries": verdict.paired,
+                  "mean_change": _r(verdict.mean), "ci_low": _r(verdict.low), "ci_high": _r(verdict.high),
+                  "left_out": ", ".join(verdict.excluded) or "none",
+                  "worse": dg.MetadataValue.md(regression.render_changes(verdict.worse)),
+                  "better": dg.MetadataValue.md(regression.render_changes(verdict.better))},
+    )
 
 
 def _r(value: float) -> float:
@@ -78,21 +101,28 @@ def _floors(config: EvalConfig, key: str, corpus: CorpusResource) -> dict[str, f
     description="Golden-set evaluation of hybrid, + BM25 rerank and + MMR, with the seed's ts_rank_cd lexical list "
     "and with BM25 inside Postgres (+ corpus-level idf in the reranker); appended to the eval_runs history. "
     "Headline metadata: the default pipeline (ts_rank_cd list + rerank + MMR).",
-    check_specs=[dg.AssetCheckSpec("quality_floors", asset="eval_run", blocking=True, partitions_def=embedders,
-                                   description="recall@k, MRR and nDCG@k of the default pipeline stay above the partition's floors "
-                                   "(measured on the fixture corpus; other corpora: the configured min_* only).")],
+    check_specs=[
+        dg.AssetCheckSpec("quality_floors", asset="eval_run", blocking=True, partitions_def=embedders,
+                          description="recall@k, MRR and nDCG@k of the default pipeline stay above the partition's floors "
+                          "(measured on the fixture corpus; other corpora: the configured min_* only)."),
+        dg.AssetCheckSpec("no_regression", asset="eval_run", blocking=True, partitions_def=embedders,
+                          description="Per-query nDCG@k of the default pipeline against the latest earlier run of this partition "
+                          "and corpus (queries whose document, text and anchor are unchanged): fails when the mean drops by more "
+                          "than max_drop and the paired bootstrap's 95% interval excludes 0; names the worse and better queries."),
+    ],
 )
 def eval_run(context: dg.AssetExecutionContext, config: EvalConfig, postgres: PostgresResource, corpus: CorpusResource,
-             golden_queries: list[GoldenQuery], chunks: list[Chunk]):
+             golden_queries: list[GoldenQuery], chunks: list[Chunk], documents: list[Document]):
     key = context.partition_key
     if not golden_queries:
         status = f"nothing to evaluate: corpus {corpus.key} has no golden queries ({corpus.golden_path})"
         context.log.info(f"eval_run {key}: {status}")
         yield dg.Output(None, metadata={"status": status})
         yield dg.AssetCheckResult(check_name="quality_floors", passed=True, metadata={"status": status})
+        yield dg.AssetCheckResult(check_name="no_regression", passed=True, metadata={"reason": status})
         return
     try:
-        params = DEFAULT.with_(k=config.k, n=config.n, mmr_lambda=config.mmr_lambda)
+        params = DEFAULT.with_(k=config.k, n=config.n, mmr_lambda=config.mmr_lambda, weights=(config.vector_weight, config.lexical_weight))
     except ValueError as exc:
         raise dg.Failure(description=f"eval_run config: {exc}") from None
     variants = {
@@ -109,7 +139,9 @@ def eval_run(context: dg.AssetExecutionContext, config: EvalConfig, postgres: Po
         for lexical, ev in evaluations.items():
             history.record_run(conn, postgres.history_schema, ev, run_id=context.run.run_id, partition=key, embedder=embedder.name,
                                corpus_hash=_corpus_hash(chunks), code_version=EVAL_VERSION, corpus=corpus.key,
-                               variant="" if lexical == DEFAULT_LEXICAL else f"{lexical}:")
+                               variant="" if lexical == DEFAULT_LEXICAL else f"{lexical}:",
+                               doc_hashes=_doc_hashes(golden_queries, documents))
+        no_regression = _regression_check(conn, postgres, context.run.run_id, key, corpus.key, config.max_drop)
     ev = evaluations[DEFAULT_LEXICAL]
     head = ev.metrics[DEFAULT_PIPELINE]
     scored = {f"{lexical}:{p}": m.ndcg_at_k for lexical, e in evaluations.items() for p, m in e.metrics.items()}
@@ -132,6 +164,8 @@ def eval_run(context: dg.AssetExecutionContext, config: EvalConfig, postgres: Po
         check_name="quality_floors", passed=not below,
         metadata={"floors": str(floors or f"none for corpus {corpus.key}"), "below": str(below or "none")},
     )
+    context.log.info(f"eval_run {key}: no_regression {'passed' if no_regression.passed else 'FAILED'}: {no_regression.metadata['reason'].value}")
+    yield no_regression
 
 
 @dg.asset(
@@ -155,3 +189,27 @@ def embedder_comparison(context: dg.AssetExecutionContext, postgres: PostgresRes
     context.log.info(f"embedder_comparison (corpus {corpus.key}): latest runs of {', '.join(partitions_seen) or 'no partition yet'}")
     return dg.MaterializeResult(metadata={**dict(sorted(meta.items())), "partitions": len(partitions_seen), "corpus": corpus.key,
                                           "comparison": dg.MetadataValue.md("\n".join(rows))})
+
+
+@dg.asset(
+    kinds={"postgres", "python"},
+    group_name="retrieval",
+    deps=[dg.AssetDep("eval_run", partition_mapping=dg.AllPartitionMapping())],
+    description="Each partition's headline metrics (default pipeline) over its last runs on the corpus: a table and a "
+    "PNG plot (matplotlib), from the eval_runs history.",
+)
+def eval_trend(context: dg.AssetExecutionContext, postgres: PostgresResource, corpus: CorpusResource) -> dg.MaterializeResult:
+    import base64
+
+    from retrieval_assets import trend
+
+    with user_errors("eval_trend"), postgres.connect() as conn:
+        rows = history.trend(conn, postgres.history_schema, corpus.key, DEFAULT_PIPELINE)
+    meta: dict = {"runs": len(rows), "corpus": corpus.key, "table": dg.MetadataValue.md(trend.table(rows))}
+    if rows:
+        path = trend.plot(rows, corpus.report_path("trend").with_name("eval_trend.png"),
+                          f"corpus {corpus.key}: {DEFAULT_LEXICAL}:{DEFAULT_PIPELINE}")
+        image = base64.b64encode(path.read_bytes()).decode()
+        meta.update(plot=dg.MetadataValue.md(f"![eval trend](data:image/png;base64,{image})"), path=dg.MetadataValue.path(str(path)))
+        context.log.info(f"eval_trend (corpus {corpus.key}): {len(rows)} runs plotted in {path}")
+    return dg.MaterializeResult(metadata=meta)
