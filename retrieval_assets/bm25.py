@@ -84,8 +84,18 @@ def analyze(conn: psycopg.Connection, schema: str, *, chunks: bool = True) -> No
     conn.execute(statement(schema, ("ANALYZE {chunks}, " if chunks else "ANALYZE ") + "{chunk_terms}, {chunk_lengths}, {bm25_stats}, {term_df}"))
 
 
+# A chunk's length: its indexed tokens, counted from the tsv's positions. A tsvector keeps at most
+# 255 positions per lexeme and none past 16383, so for a chunk that reaches either cap the
+# positions undercount; its length is then counted token by token with ts_debug (same parser and
+# dictionaries), which is exact for any size and only paid by such chunks.
 _LENGTHS = """INSERT INTO {chunk_lengths} (chunk_id, len)
-              SELECT c.chunk_id, (SELECT coalesce(sum(cardinality(positions)), 0) FROM unnest(c.tsv)) FROM {chunks} c"""
+              SELECT c.chunk_id, CASE WHEN s.capped
+                  THEN (SELECT coalesce(sum(cardinality(d.lexemes)), 0) FROM ts_debug('english', c.text) d)
+                  ELSE s.len END
+              FROM {chunks} c, LATERAL (
+                  SELECT coalesce(sum(cardinality(l.positions)), 0) AS len,
+                         coalesce(bool_or(cardinality(l.positions) >= 255 OR l.positions[cardinality(l.positions)] >= 16383), false) AS capped
+                  FROM unnest(c.tsv) AS l) s"""
 _POSTINGS = """SELECT l.lexeme, c.chunk_id, cardinality(l.positions), cl.len
                FROM {chunks} c JOIN {chunk_lengths} cl USING (chunk_id), unnest(c.tsv) AS l"""
 _BY_ID = " WHERE c.chunk_id = ANY(%(ids)s)"

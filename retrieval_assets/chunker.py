@@ -6,7 +6,9 @@ Contract:
   stem; otherwise one per ``*.md`` at any depth (hidden folders skipped), sorted by path,
   ``doc_id`` the relative path without ``.md`` (``guides/setup``). ``title``: the first H1 of a
   Markdown file, else its first non-blank line. Files must be UTF-8 (a BOM is dropped); CRLF is
-  kept as is. A missing, non-directory, unreadable or empty corpus raises ``CorpusError``.
+  kept as is. A missing, non-directory, unreadable or empty corpus, a file that is not a regular
+  file (directory, FIFO, socket, link loop, dangling link), a NUL byte or a doc_id found twice
+  raises ``CorpusError`` naming the path.
 - ``chunk(doc, max_chars=1200, overlap=1)``: headings (``#`` to ``######`` then a space, outside
   a fence) open sections; blank lines separate blocks; a fenced code block is one block; blocks
   are packed greedily up to ``max_chars`` and never split; the next chunk carries ``overlap``
@@ -15,7 +17,10 @@ Contract:
 
 from __future__ import annotations
 
+import errno
+import os
 import re
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -42,6 +47,8 @@ def _read_text(path: Path) -> str:
         raise CorpusError(f"{path}: not UTF-8 ({exc.reason} at byte {exc.start})") from None
     except OSError as exc:
         raise CorpusError(f"{path}: cannot read ({exc.strerror or exc})") from None
+    if (nul := text.find("\0")) >= 0:
+        raise CorpusError(f"{path}: a NUL byte at character {nul} (Postgres text cannot hold it); is this a binary file?")
     return text.removeprefix("\ufeff")
 
 
@@ -84,7 +91,28 @@ def corpus_files(corpus_dir: str | Path) -> list[tuple[str, Path]]:
         raise CorpusError(f"{root}: cannot read the corpus directory ({exc.strerror or exc})") from None
     if not found:
         raise CorpusError(f"{root}: no Markdown files (*.md at any depth, or docs/*.md and stories/*.txt)")
+    seen: dict[str, Path] = {}
+    for doc_id, path in found:
+        _check_regular(path)
+        if doc_id in seen:
+            raise CorpusError(f"duplicate doc_id '{doc_id}': {seen[doc_id]} and {path} (rename one)")
+        seen[doc_id] = path
     return found
+
+
+def _check_regular(path: Path) -> None:
+    """Refuse, by name, anything but a readable regular file (or a link to one)."""
+    try:
+        mode = path.stat().st_mode
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise CorpusError(f"{path}: a symbolic link loop") from None
+        if path.is_symlink():
+            raise CorpusError(f"{path}: a dangling symbolic link (its target {os.readlink(path)} does not exist)") from None
+        raise CorpusError(f"{path}: cannot read ({exc.strerror or exc})") from None
+    if not stat.S_ISREG(mode):
+        kind = "a directory" if stat.S_ISDIR(mode) else "a FIFO" if stat.S_ISFIFO(mode) else "a socket" if stat.S_ISSOCK(mode) else "not a regular file"
+        raise CorpusError(f"{path}: {kind}, not a regular file")
 
 
 def load_documents(corpus_dir: str | Path) -> list[Document]:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import uuid
 from pathlib import Path
 
 from retrieval_assets import answer, chunker, diagnose, evaluation, golden, history, partitions, pg, regression, store
@@ -131,7 +132,7 @@ def _diagnose(conn, args, documents, chunks, out) -> None:
     retriever = Retriever(schema, embedder, LexicalReranker())
     misses = diagnose.diagnose(conn, retriever, gold, params)
     what_ifs = [] if args.no_what_if else diagnose.what_if(
-        conn, retriever, gold, documents, chunks, params, scratch=partitions.schema_name(args.embedder, "whatif", partitions.env_prefix()))
+        conn, retriever, gold, documents, chunks, params, scratch=partitions.schema_name(args.embedder, "whatif", partitions.env_prefix(), run=uuid.uuid4().hex[:8]))
     print(diagnose.render(diagnose.Report(args.embedder, params.k, params.n, len(gold), misses, what_ifs)), end="", file=out)
 
 

@@ -167,14 +167,16 @@ def what_if(conn: psycopg.Connection, retriever: Retriever, golden: Sequence[Gol
         say(f"what-if {results[-1].variant}: rescued {len(results[-1].rescued)}, lost {len(results[-1].lost)}")
     embedder = retriever.embedder
     scratch_retriever = Retriever(scratch, embedder, retriever.reranker)
-    for fix, (variant, variant_chunks) in _variant_chunks(documents, chunks).items():
-        store.drop(conn, scratch)
-        store.create(conn, scratch, embedder.dims)
-        say(f"what-if {fix}: indexing {len(variant_chunks)} chunks into {scratch}")
-        store.sync(conn, scratch, variant_chunks, embedder)
-        results.append(outcome(fix, variant, hits(scratch_retriever)))
-        say(f"what-if {fix}: rescued {len(results[-1].rescued)}, lost {len(results[-1].lost)}")
-    conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(scratch)))  # scratch is ours alone
+    try:
+        for fix, (variant, variant_chunks) in _variant_chunks(documents, chunks).items():
+            store.drop(conn, scratch)
+            store.create(conn, scratch, embedder.dims)
+            say(f"what-if {fix}: indexing {len(variant_chunks)} chunks into {scratch}")
+            store.sync(conn, scratch, variant_chunks, embedder, allow_shrink=True)
+            results.append(outcome(fix, variant, hits(scratch_retriever)))
+            say(f"what-if {fix}: rescued {len(results[-1].rescued)}, lost {len(results[-1].lost)}")
+    finally:  # the scratch schema is this run's alone (unique name), dropped even when an experiment fails
+        conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(scratch)))
     for name, other in (others or {}).items():
         if other is None or store.table_dims(conn, other.schema) != other.embedder.dims:
             results.append(WhatIf("better-embedder", f"the {name} partition", (), (), f"not run: partition {name} is not indexed"))

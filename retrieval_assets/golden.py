@@ -30,15 +30,39 @@ def normalise(text: str) -> str:
     return " ".join(text.split()).lower()
 
 
+class _NoAliasLoader(yaml.SafeLoader):
+    """A safe loader that refuses anchors and aliases, so no document expands beyond its size."""
+
+    def compose_node(self, parent, index):
+        event = self.peek_event()
+        if isinstance(event, yaml.AliasEvent) or getattr(event, "anchor", None):
+            mark = event.start_mark
+            raise yaml.YAMLError(f"YAML anchors and aliases are not allowed (line {mark.line + 1}, column {mark.column + 1})")
+        return super().compose_node(parent, index)
+
+
+def load_yaml(text: str, name: str = "<yaml>"):
+    """YAML without anchors or aliases (a billion-laughs document is refused, not expanded);
+    ``ValueError`` naming ``name`` on invalid YAML."""
+    try:
+        return yaml.load(text, Loader=_NoAliasLoader)  # noqa: S506 - a SafeLoader subclass
+    except yaml.YAMLError as exc:
+        raise ValueError(f"{name}: not valid YAML ({exc})") from None
+
+
 def load_golden(path: str | Path, documents: Sequence[Document] | None = None) -> list[GoldenQuery]:
     """Read and validate golden.yaml (fields, kinds, unique ids, doc ids and anchors when given documents)."""
     path = Path(path)
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+        data = load_yaml(path.read_bytes().decode("utf-8"), str(path))
     except FileNotFoundError:
         raise GoldenError(f"{path}: golden set not found") from None
-    except yaml.YAMLError as exc:
-        raise GoldenError(f"{path}: not valid YAML ({exc})") from None
+    except UnicodeDecodeError as exc:
+        raise GoldenError(f"{path}: not UTF-8 ({exc.reason} at byte {exc.start})") from None
+    except OSError as exc:
+        raise GoldenError(f"{path}: cannot read ({exc.strerror or exc})") from None
+    except ValueError as exc:
+        raise GoldenError(str(exc)) from None
     items = data.get("queries") if isinstance(data, dict) else data
     if not isinstance(items, list):
         raise GoldenError(f"{path}: expected a list of queries (or a mapping with 'queries')")
@@ -46,13 +70,19 @@ def load_golden(path: str | Path, documents: Sequence[Document] | None = None) -
     seen: set[str] = set()
     golden = []
     for i, item in enumerate(items, 1):
-        qid = str(item.get("query_id", f"#{i}")) if isinstance(item, dict) else f"#{i}"
-        where = f"{path}: query {qid}"
+        raw = item.get("query_id") if isinstance(item, dict) else None
+        qid = raw if isinstance(raw, str) and raw.strip() else f"#{i}"
+        where = f"{path}: query {qid[:80]}"
         if not isinstance(item, dict):
             raise GoldenError(f"{where}: expected a mapping with {', '.join(_FIELDS)}")
         for name in _FIELDS:
-            if not isinstance(item.get(name), str) or not item[name].strip():
-                raise GoldenError(f"{where}: missing or empty field '{name}'")
+            value = item.get(name)
+            if value is None:
+                raise GoldenError(f"{where}: missing field '{name}'")
+            if not isinstance(value, str):
+                raise GoldenError(f"{where}: field '{name}' must be text, got {type(value).__name__} (quote it in YAML)")
+            if not value.strip():
+                raise GoldenError(f"{where}: empty field '{name}'")
         if item["kind"] not in KINDS:
             raise GoldenError(f"{where}: unknown kind '{item['kind']}' (expected one of {', '.join(KINDS)})")
         if qid in seen:

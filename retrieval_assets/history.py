@@ -50,7 +50,9 @@ def _columns_sql(columns: Mapping[str, str]) -> sql.Composed:
 
 
 def _ensure(conn: psycopg.Connection, schema: str) -> None:
-    """Create ``schema.eval_runs`` if missing and add the columns an older table lacks (idempotent)."""
+    """Create ``schema.eval_runs`` if missing and add the columns an older table lacks (idempotent;
+    in the caller's transaction, under a lock that serialises concurrent callers)."""
+    conn.execute("SELECT pg_advisory_xact_lock(hashtext('retrieval_assets.history:' || %s))", (schema,))
     conn.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(schema)))
     conn.execute(sql.SQL("CREATE TABLE IF NOT EXISTS {} (id bigserial PRIMARY KEY, {}, created_at timestamptz DEFAULT now())").format(
         _table(schema), _columns_sql(COLUMNS)))

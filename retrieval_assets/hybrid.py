@@ -9,17 +9,24 @@ lists, fused, cut at ``params.k``.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Sequence
 
 import numpy as np
 import psycopg
+from psycopg import pq
 
 from retrieval_assets.bm25 import as_hits, bm25_search
 from retrieval_assets.embed import Embedder
-from retrieval_assets.params import DEFAULT, EF_SEARCH_MAX, RetrievalParams
+from retrieval_assets.params import DEFAULT, EF_SEARCH_MAX, RetrievalParams, limit_query
 from retrieval_assets.tables import statement
 from retrieval_assets.tsquery import parse_query
 from retrieval_assets.types import Hit, Ranked
+
+
+def _transaction(conn: psycopg.Connection):
+    """A transaction for SET LOCAL-style settings: the caller's when one is open (no savepoint), else a new one."""
+    return contextlib.nullcontext() if conn.info.transaction_status != pq.TransactionStatus.IDLE else conn.transaction()
 
 
 def vector_search(conn: psycopg.Connection, schema: str, vector: np.ndarray, n: int = DEFAULT.n, *,
@@ -33,7 +40,7 @@ def vector_search(conn: psycopg.Connection, schema: str, vector: np.ndarray, n: 
         raise ValueError(f"ef_search must be at least 1, got {ef_search}")
     if n < 1 or not np.any(vector):
         return []
-    with conn.transaction():
+    with _transaction(conn):
         conn.execute("SELECT set_config('hnsw.ef_search', %s, true)", (str(min(max(ef_search or n, 40), EF_SEARCH_MAX)),))
         if n > EF_SEARCH_MAX:  # pgvector 0.8: keep scanning the graph until n rows pass
             conn.execute("SELECT set_config('hnsw.iterative_scan', 'strict_order', true)")
@@ -96,6 +103,8 @@ def first_stage(conn: psycopg.Connection, schema: str, vector: np.ndarray, query
 
 
 def search(conn: psycopg.Connection, schema: str, embedder: Embedder, query: str, params: RetrievalParams = DEFAULT) -> list[Ranked]:
-    """Fuse the vector and lexical top ``params.n`` (RRF, ``params.weights``) and return the first ``params.k``."""
+    """Fuse the vector and lexical top ``params.n`` (RRF, ``params.weights``) and return the first ``params.k``
+    (the query cut to ``params.limit_query``)."""
+    query = limit_query(query)
     lists = first_stage(conn, schema, embedder.embed([query])[0], query, params)
     return rrf(lists, params.rrf_k, params.weights)[: params.k]

@@ -63,7 +63,14 @@ class RetrievalStorage(DagsterPostgresStorage):
 
     @classmethod
     def from_config_value(cls, inst_data, config_value):  # noqa: ARG003 - nothing to configure
-        return cls(postgres_url=dagster_url(), inst_data=inst_data)
+        url = dagster_url()
+        try:
+            from sqlalchemy.engine import make_url
+
+            make_url(url)
+        except Exception:
+            raise pg.ConnectError("DAGSTER_PG_URL is not a valid SQLAlchemy URL (not shown: it may hold a password)") from None
+        return cls(postgres_url=url, inst_data=inst_data)
 
 
 class RetrievalArtifactStorage(LocalArtifactStorage):

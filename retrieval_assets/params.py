@@ -11,6 +11,8 @@ from dataclasses import dataclass, fields, replace
 
 LEXICAL = ("ts_rank_cd", "bm25")  # the lexical lists hybrid search can fuse with vectors
 EF_SEARCH_MAX = 1000  # pgvector's upper bound for hnsw.ef_search
+MAX_QUERY_CHARS = 1000  # a query is cut to its first 1,000 characters ...
+MAX_QUERY_TERMS = 64  # ... and its first 64 whitespace-separated terms (the cut is logged)
 
 
 @dataclass(frozen=True)
@@ -23,6 +25,7 @@ class RetrievalParams:
     rerank: bool = True  # rerank the whole fused pool with the retriever's reranker
     mmr_lambda: float | None = 0.7  # MMR over the reranked pool; None: no MMR
     ef_search: int | None = None  # HNSW candidate list; None: n; clamped to 40..EF_SEARCH_MAX
+    statement_timeout_ms: int = 10_000  # every search statement of pipeline.run; 0: no limit
 
     def __post_init__(self) -> None:
         for name in ("k", "n", "rrf_k"):
@@ -42,6 +45,9 @@ class RetrievalParams:
         if self.ef_search is not None and (not isinstance(self.ef_search, int) or isinstance(self.ef_search, bool) or self.ef_search < 1):
             raise ValueError(f"ef_search must be a positive integer (used within 40..{EF_SEARCH_MAX}), got {self.ef_search!r}")
 
+        if not isinstance(self.statement_timeout_ms, int) or isinstance(self.statement_timeout_ms, bool) or self.statement_timeout_ms < 0:
+            raise ValueError(f"statement_timeout_ms must be a non-negative integer (0: no limit), got {self.statement_timeout_ms!r}")
+
     def with_(self, **changes) -> RetrievalParams:
         """A copy with ``changes`` applied (and validated)."""
         unknown = set(changes) - {f.name for f in fields(self)}
@@ -51,3 +57,12 @@ class RetrievalParams:
 
 
 DEFAULT = RetrievalParams()
+
+
+def limit_query(query: str) -> str:
+    """``query`` cut to ``MAX_QUERY_CHARS`` characters and ``MAX_QUERY_TERMS`` terms (unchanged when shorter)."""
+    cut = query[:MAX_QUERY_CHARS]
+    terms = cut.split()
+    if len(terms) > MAX_QUERY_TERMS:
+        cut = " ".join(terms[:MAX_QUERY_TERMS])
+    return cut

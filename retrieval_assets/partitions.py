@@ -127,11 +127,17 @@ def corpus_name_for(path: str | os.PathLike) -> str:
     return check_corpus_name(("c_" + name if not name[0].isalpha() else name)[:24])
 
 
-def schema_name(key: str, role: str = "index", prefix: str = "", corpus: str = FIXTURE) -> str:
+def schema_name(key: str, role: str = "index", prefix: str = "", corpus: str = FIXTURE, run: str = "") -> str:
     """``prefix`` + the ``role``'s schema for partition ``key`` of ``corpus`` (``-`` becomes ``_``):
-    ``hash``, ``cli_bge_small``, ``handbook__hash``."""
+    ``hash``, ``cli_bge_small``, ``handbook__hash``; ``run`` (scratch schemas) makes it unique to one
+    run: ``whatif_hash_1a2b3c4d``."""
     get(key)
     if role not in ROLES:
         raise ValueError(f"unknown schema role '{role}' (known: {', '.join(ROLES)})")
     base = ROLES[role].format(key=key.replace("-", "_"))
+    if run:
+        token = re.sub(r"[^a-z0-9]", "", run.lower())[:12]
+        if not token:
+            raise ValueError(f"run id '{run}' has no letters or digits to name a scratch schema with")
+        base += "_" + token
     return prefix + (base if corpus == FIXTURE else f"{check_corpus_name(corpus)}__{base}")

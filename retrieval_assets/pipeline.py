@@ -5,11 +5,15 @@ retriever's schema for the vector and lexical top ``params.n``, fuses them (RRF)
 whole fused pool with the retriever's reranker (when ``params.rerank`` and it has one), applies
 MMR (when ``params.mmr_lambda`` is set) and returns a ``Trace`` of every list, best first, with
 the pool's chunks as fetched once. Evaluation, diagnosis, answers, benchmarks and the assets
-all call it. User query text never raises.
+all call it. User query text never raises: a query longer than ``params.MAX_QUERY_CHARS``
+characters or ``MAX_QUERY_TERMS`` terms is cut (and the cut logged); every search statement
+runs under ``params.statement_timeout_ms``, and a timeout raises ``SearchTimeout``.
 """
 
 from __future__ import annotations
 
+import logging
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -18,10 +22,13 @@ from psycopg.rows import dict_row
 
 from retrieval_assets import hybrid
 from retrieval_assets.embed import Embedder
-from retrieval_assets.params import DEFAULT, RetrievalParams
+from retrieval_assets.params import DEFAULT, MAX_QUERY_CHARS, MAX_QUERY_TERMS, RetrievalParams, limit_query
 from retrieval_assets.rerank import Reranker, mmr
 from retrieval_assets.tables import chunk_of, column_list, statement
 from retrieval_assets.types import Chunk, Hit, Ranked
+
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -55,6 +62,23 @@ def fetch(conn: psycopg.Connection, schema: str, chunk_ids: list[str]) -> dict[s
     return {r["chunk_id"]: (chunk_of(r), r["embedding"].to_numpy()) for r in rows}
 
 
+class SearchTimeout(RuntimeError):
+    """A search statement ran past ``statement_timeout_ms``; the message says which limit."""
+
+
+@contextmanager
+def timeout(conn: psycopg.Connection, ms: int):
+    """One transaction whose statements stop after ``ms`` milliseconds (0: no limit), raising ``SearchTimeout``."""
+    try:
+        with conn.transaction():
+            if ms:
+                conn.execute("SELECT set_config('statement_timeout', %s, true)", (str(ms),))
+            yield
+    except psycopg.errors.QueryCanceled:
+        raise SearchTimeout(f"a search statement ran past statement_timeout_ms={ms} and was cancelled "
+                            "(RetrievalParams.statement_timeout_ms; 0 lifts the limit)") from None
+
+
 def run(conn: psycopg.Connection, retriever: Retriever, query: str, params: RetrievalParams = DEFAULT, *,
         first_stage: Trace | None = None) -> Trace:
     """The pipeline for one query, every intermediate list kept (``Trace.final``: the answer, top ``params.k``).
@@ -63,15 +87,22 @@ def run(conn: psycopg.Connection, retriever: Retriever, query: str, params: Retr
     whose first-stage lists and query vector are reused (what-if experiments on the fusion
     weights or the second stage).
     """
+    limited = limit_query(query)
+    if limited != query:
+        log.info("query cut from %d to %d characters (limits: %d characters, %d terms)", len(query), len(limited),
+                 MAX_QUERY_CHARS, MAX_QUERY_TERMS)
+        query = limited
     if first_stage is None:
         vector_q = retriever.embedder.embed([query])[0]
-        vector, text = hybrid.first_stage(conn, retriever.schema, vector_q, query, params)
     else:
         vector_q, vector, text = first_stage.query_vector, first_stage.vector, first_stage.text
-    fused = hybrid.rrf([vector, text], params.rrf_k, params.weights)[: params.n]
-    if retriever.reranker is None or not params.rerank or not fused:
-        return Trace(vector_q, vector, text, fused, fused, fused[: params.k])
-    rows = fetch(conn, retriever.schema, [r.chunk_id for r in fused])
+    with timeout(conn, params.statement_timeout_ms):
+        if first_stage is None:
+            vector, text = hybrid.first_stage(conn, retriever.schema, vector_q, query, params)
+        fused = hybrid.rrf([vector, text], params.rrf_k, params.weights)[: params.n]
+        if retriever.reranker is None or not params.rerank or not fused:
+            return Trace(vector_q, vector, text, fused, fused, fused[: params.k])
+        rows = fetch(conn, retriever.schema, [r.chunk_id for r in fused])
     pool = [rows[r.chunk_id][0] for r in fused if r.chunk_id in rows]
     chunks = {c.chunk_id: c for c in pool}
     reranked = retriever.reranker.rerank(query, pool, len(pool))

@@ -22,7 +22,7 @@ import numpy as np
 import psycopg
 from psycopg import sql
 
-from retrieval_assets import bm25
+from retrieval_assets import bm25, pg
 from retrieval_assets.embed import Embedder
 from retrieval_assets.progress import Progress
 from retrieval_assets.tables import CHUNK_COLUMNS, TABLES, column_list, statement
@@ -61,12 +61,14 @@ def _column_defs() -> sql.Composed:
 
 
 def create(conn: psycopg.Connection, schema: str, dims: int) -> None:
-    """Create the schema, ``chunks``, its indexes and the BM25 postings if missing."""
+    """Create the schema, ``chunks``, its indexes and the BM25 postings if missing (under the
+    schema's sync lock, so concurrent calls and syncs never race on DDL)."""
+    pg.ensure_extension(conn)
     existing = table_dims(conn, schema)
     if existing is not None and existing != dims:
         raise ValueError(f"table {schema}.chunks already has embedding dimension {existing}, not {dims}")
     with conn.transaction():
-        conn.execute("CREATE EXTENSION IF NOT EXISTS vector")
+        _lock(conn, schema)  # the sync's lock: concurrent creators and writers of one schema queue here
         conn.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(schema)))
         conn.execute(statement(
             schema,
@@ -93,6 +95,25 @@ def count(conn: psycopg.Connection, schema: str) -> int:
 def chunk_ids(conn: psycopg.Connection, schema: str) -> set[str]:
     """The chunk ids in ``schema.chunks``."""
     return {r[0] for r in conn.execute(statement(schema, "SELECT chunk_id FROM {chunks}"))}
+
+
+class ShrinkError(ValueError):
+    """A sync would delete most of an index; the message says how many rows."""
+
+
+class ChunkTooLargeError(ValueError):
+    """A chunk whose text cannot fit a Postgres tsvector; the message names it."""
+
+
+TSVECTOR_LIMIT = 1_048_575  # bytes a Postgres tsvector holds; a chunk's text at most this size always fits
+
+
+def _check_sizes(chunks: Sequence[Chunk]) -> None:
+    for c in chunks:
+        size = len(c.text.encode("utf-8"))
+        if size > TSVECTOR_LIMIT:
+            raise ChunkTooLargeError(f"chunk {c.chunk_id} of document {c.doc_id} is {size} bytes, above the {TSVECTOR_LIMIT} bytes a "
+                             "Postgres tsvector can hold: split that text (blank lines or headings), nothing was synced")
 
 
 def _check_dims(conn: psycopg.Connection, schema: str, embedder: Embedder) -> None:
@@ -243,19 +264,28 @@ def _bulk(conn: psycopg.Connection, schema: str, chunks: Sequence[Chunk], embedd
 
 
 def sync(conn: psycopg.Connection, schema: str, chunks: Iterable[Chunk], embedder: Embedder, batch: int = 64, *,
-         progress: Callable[[str], object] | None = None) -> SyncReport:
+         progress: Callable[[str], object] | None = None, allow_shrink: bool = False) -> SyncReport:
     """Make ``schema.chunks`` equal to the given chunks in one transaction (stale rows are deleted).
 
     An empty table receiving at least ``BULK_MIN`` chunks is loaded in bulk (``_bulk``): same
     rows, postings and indexes, built once instead of row by row. ``progress`` gets a line at
-    most every 10 s while chunks are embedded.
+    most every 10 s while chunks are embedded. A sync that would delete more than half of a
+    non-empty index raises ``ShrinkError`` (nothing changed) unless ``allow_shrink``; a chunk
+    too large for a Postgres tsvector raises ``ChunkTooLargeError`` naming it.
     """
     _check_dims(conn, schema, embedder)
     chunks = _unique(chunks)
+    _check_sizes(chunks)
     tick = Progress(progress, len(chunks), f"{schema}: chunks through the embedder")
     with conn.transaction():
         _lock(conn, schema)
-        known_texts = {text for (text,) in conn.execute(statement(schema, "SELECT text FROM {chunks}"))}
+        known = dict(conn.execute(statement(schema, "SELECT chunk_id, text FROM {chunks}")).fetchall())
+        doomed = len(known.keys() - {c.chunk_id for c in chunks})
+        if known and doomed * 2 > len(known) and not allow_shrink:
+            raise ShrinkError(f"{schema}: this sync would delete {doomed} of the index's {len(known)} chunks (the corpus has "
+                              f"{len(chunks)}); nothing changed. If the corpus really shrank, sync with allow_shrink=True "
+                              "(asset config chunk_index: allow_shrink: true)")
+        known_texts = set(known.values())
         if not known_texts and len(chunks) >= max(BULK_MIN, 1):
             return _bulk(conn, schema, chunks, embedder, tick)
         fresh = {c.chunk_id for c in chunks if c.text not in known_texts}

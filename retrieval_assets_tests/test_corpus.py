@@ -65,11 +65,11 @@ GOOD = {"query_id": "q01", "kind": "factual", "query": "what is x", "doc_id": "d
     "entries, message",
     [
         ([{**GOOD, "kind": "vibes"}], "query q01: unknown kind 'vibes'"),
-        ([{k: v for k, v in GOOD.items() if k != "anchor"}], "query q01: missing or empty field 'anchor'"),
+        ([{k: v for k, v in GOOD.items() if k != "anchor"}], "query q01: missing field 'anchor'"),
         ([GOOD, {**GOOD}], "query q01: duplicate query_id"),
         ([{**GOOD, "doc_id": "nope"}], "query q01: doc_id 'nope' is not a document"),
         ([{**GOOD, "anchor": "delta epsilon"}], "query q01: anchor 'delta epsilon' does not occur in d"),
-        ([{**GOOD, "query": "  "}], "query q01: missing or empty field 'query'"),
+        ([{**GOOD, "query": "  "}], "query q01: empty field 'query'"),
         ({"not": "a list"}, "expected a list of queries"),
     ],
 )

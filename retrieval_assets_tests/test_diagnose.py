@@ -3,16 +3,15 @@
 import re
 
 import pytest
-import yaml
 
-from retrieval_assets import cli, diagnose
+from retrieval_assets import cli, diagnose, golden
 from retrieval_assets.evaluation import evaluate_pipelines
 from retrieval_assets.params import RetrievalParams
 from retrieval_assets.pipeline import Retriever
 from retrieval_assets.rerank import LexicalReranker
 from retrieval_assets_tests.conftest import CORPUS
 
-KEY = yaml.safe_load((CORPUS / "failure_key.yaml").read_text())
+KEY = golden.load_yaml((CORPUS / "failure_key.yaml").read_text(), "failure_key.yaml")
 
 
 @pytest.fixture(scope="module")

@@ -58,6 +58,10 @@ class Spy:
     def transaction(self):
         return self.conn.transaction()
 
+    @property
+    def info(self):
+        return self.conn.info
+
 
 @pytest.mark.parametrize(("n", "ef_search", "applied"), [(10, None, "40"), (60, None, "60"), (10, 400, "400"), (10, 5000, "1000")])
 def test_ef_search_can_be_raised_above_n(indexed, schema, n, ef_search, applied):

@@ -111,7 +111,9 @@ def test_sync_reports_counts_and_reembeds_only_new_text(table, schema):
     assert [r[:2] for r in rows(table, schema)] == [("a#000", "one fish"), ("a#001", "green fish"), ("a#002", "two fish")]
     moved = table.execute(statement(schema, "SELECT embedding FROM {chunks} WHERE chunk_id = 'a#002'")).fetchone()[0]
     np.testing.assert_allclose(moved.to_numpy(), HashEmbedder().embed(["two fish"])[0], atol=1e-7)
-    assert store.sync(table, schema, [], e) == store.SyncReport(0, 0, 3, 0, 0)
+    with pytest.raises(store.ShrinkError, match="would delete 3 of the index's 3 chunks"):
+        store.sync(table, schema, [], e)
+    assert store.sync(table, schema, [], e, allow_shrink=True) == store.SyncReport(0, 0, 3, 0, 0)
     assert store.count(table, schema) == 0
 
 
@@ -125,7 +127,7 @@ def test_sync_failing_half_way_leaves_the_previous_state(table, schema, monkeypa
 
     monkeypatch.setattr(bm25, "add_terms", explode)
     with pytest.raises(RuntimeError, match="killed"):
-        store.sync(table, schema, make_chunks("b", ["other"]), e)
+        store.sync(table, schema, make_chunks("b", ["other"]), e, allow_shrink=True)
     assert rows(table, schema) == before
 
 

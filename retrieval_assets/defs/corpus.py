@@ -50,6 +50,9 @@ def chunks(context: dg.AssetExecutionContext, config: ChunkingConfig, documents:
     if config.max_chars < 1 or config.overlap < 0:
         raise dg.Failure(description=f"chunks config: max_chars must be >= 1 and overlap >= 0 (got {config.max_chars}, {config.overlap})")
     out = [c for d in documents for c in chunker.chunk(d, max_chars=config.max_chars, overlap=config.overlap)]
+    if not out:
+        raise dg.Failure(description=f"chunks: the corpus's {len(documents)} files hold no text (all empty or blank); "
+                         "nothing to index, and the index is left as it was")
     per_doc = [sum(1 for c in out if c.doc_id == d.doc_id) for d in documents]
     context.add_output_metadata(
         {

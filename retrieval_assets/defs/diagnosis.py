@@ -66,7 +66,7 @@ def what_ifs(context: dg.AssetExecutionContext, postgres: PostgresResource, corp
         others = {other: Retriever(postgres.schema(other, corpus=corpus.key), partitions.embedder(other), retriever.reranker)
                   if partitions.get(other).available() else None}
         results = diagnose.what_if(conn, retriever, golden_queries, documents, chunks, eval_run.params,
-                                   scratch=postgres.schema(key, "whatif", corpus.key), others=others, progress=context.log.info)
+                                   scratch=postgres.schema(key, "whatif", corpus.key, run=context.run.run_id[:8]), others=others, progress=context.log.info)
     report = diagnose.Report(failure_report.partition, failure_report.k, failure_report.n, failure_report.queries,
                              failure_report.misses, results)
     path, text = _write(context, corpus, report)

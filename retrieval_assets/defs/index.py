@@ -10,6 +10,10 @@ from retrieval_assets.defs.resources import CorpusResource, PostgresResource, us
 from retrieval_assets.types import Chunk
 
 
+class IndexConfig(dg.Config):
+    allow_shrink: bool = False  # let a sync delete more than half of the index (the corpus really shrank)
+
+
 @dg.multi_asset(
     specs=[dg.AssetSpec(
         "chunk_index",
@@ -25,7 +29,8 @@ from retrieval_assets.types import Chunk
     check_specs=[dg.AssetCheckSpec("index_consistent", asset="chunk_index", blocking=True, partitions_def=embedders,
                                    description="Row count equals the chunk count; stored dimension equals the embedder's.")],
 )
-def chunk_index(context: dg.AssetExecutionContext, postgres: PostgresResource, corpus: CorpusResource, chunks: list[Chunk]):
+def chunk_index(context: dg.AssetExecutionContext, config: IndexConfig, postgres: PostgresResource, corpus: CorpusResource,
+                chunks: list[Chunk]):
     key = context.partition_key
     missing = partitions.get(key).missing()
     if missing is not None:
@@ -37,7 +42,7 @@ def chunk_index(context: dg.AssetExecutionContext, postgres: PostgresResource, c
         start = time.perf_counter()
         with postgres.connect() as conn:
             store.create(conn, schema, embedder.dims)
-            report = store.sync(conn, schema, chunks, embedder, progress=context.log.info)
+            report = store.sync(conn, schema, chunks, embedder, progress=context.log.info, allow_shrink=config.allow_shrink)
             rows, dims = store.count(conn, schema), store.table_dims(conn, schema)
     seconds = time.perf_counter() - start
     context.log.info(f"chunk_index {key}: {rows} rows in {schema} ({report.embedded} embedded, {report.deleted} deleted) in {seconds:.1f} s")
@@ -50,5 +55,5 @@ def chunk_index(context: dg.AssetExecutionContext, postgres: PostgresResource, c
             "seconds": round(seconds, 3), "chunks_per_second": round(len(chunks) / seconds, 1) if seconds else 0.0,
         },
     )
-    yield dg.AssetCheckResult(asset_key="chunk_index", check_name="index_consistent", passed=rows == len(chunks) and dims == embedder.dims,
+    yield dg.AssetCheckResult(asset_key="chunk_index", check_name="index_consistent", passed=0 < rows == len(chunks) and dims == embedder.dims,
                               metadata={"rows": rows, "chunks": len(chunks), "dims": dims, "embedder_dims": embedder.dims})

@@ -1,0 +1,122 @@
+"""Asset values in Postgres, so the steps of a run need not share a disk.
+
+Contract: ``PostgresPickleIOManager`` stores each asset output as one pickle (protocol 5) in
+``<io_schema>.asset_values`` (``retrieval_io`` after the resource's schema prefix), one row per
+asset key ("/"-joined) and asset partition ('' for an unpartitioned asset, also when it runs
+inside a partitioned run); a new materialisation replaces the row. Every value it is handed is
+stored, ``None`` included: ``eval_run`` and ``failure_report`` yield ``Output(None)`` for a
+corpus without a golden set, and their downstreams read that ``None``. Dagster does not call an
+IO manager for assets that return ``MaterializeResult`` or are annotated ``-> None``, so those
+have no row. Loading an unpartitioned upstream, or one partition of a partitioned one, returns
+the value; several partitions come back as ``{partition: value}``. A missing row is a
+``dg.Failure`` naming the asset and partition. The schema and table are created on the first
+write. The values are pickles: only this project's runs write the table, and a reader needs the
+same classes. ``io_managers()`` registers it as ``io_manager`` for every asset of the defs folder.
+"""
+
+# No ``from __future__ import annotations``: Dagster reads the ResourceDependency annotation of
+# the class body, and a string annotation makes it an ordinary (rejected) pydantic field.
+import pickle
+from collections.abc import Sequence
+
+import dagster as dg
+import psycopg
+from psycopg import errors, sql
+
+from retrieval_assets.defs.resources import PostgresResource, postgres_resource
+
+TABLE = "asset_values"
+PROTOCOL = 5
+_LOCK = "retrieval_assets.io_manager"  # the advisory lock that serialises creating the schema and table
+
+
+class PostgresPickleIOManager(dg.ConfigurableIOManager):
+    """Pickled asset values in ``<io_schema>.asset_values`` of the retrieval Postgres."""
+
+    postgres: dg.ResourceDependency[PostgresResource]
+
+    @property
+    def table_name(self) -> str:
+        return f"{self.postgres.io_schema}.{TABLE}"
+
+    def _table(self) -> sql.Identifier:
+        return sql.Identifier(self.postgres.io_schema, TABLE)
+
+    def ensure_table(self, conn: psycopg.Connection) -> None:
+        """Create the schema and table if missing; safe when several steps do it at once."""
+        with conn.transaction():
+            conn.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (_LOCK,))
+            conn.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(self.postgres.io_schema)))
+            conn.execute(sql.SQL(
+                "CREATE TABLE IF NOT EXISTS {} (asset_key text, partition text NOT NULL DEFAULT '', value bytea NOT NULL, "
+                "stored_at timestamptz DEFAULT now(), PRIMARY KEY (asset_key, partition))"
+            ).format(self._table()))
+
+    def handle_output(self, context: dg.OutputContext, obj: object) -> None:
+        key = _key(context)
+        if context.has_asset_partitions:
+            partition_keys = context.asset_partition_keys
+            if len(partition_keys) != 1:
+                raise dg.Failure(f"{type(self).__name__} stores one partition per output, but asset {key} was given "
+                                 f"{len(partition_keys)}: launch the backfill as one run per partition")
+            partition = partition_keys[0]
+        else:
+            partition = ""
+        data = pickle.dumps(obj, protocol=PROTOCOL)
+        upsert = sql.SQL(
+            "INSERT INTO {} (asset_key, partition, value) VALUES (%s, %s, %s) "
+            "ON CONFLICT (asset_key, partition) DO UPDATE SET value = EXCLUDED.value, stored_at = now()"
+        ).format(self._table())
+        with self.postgres.connect() as conn:
+            try:
+                conn.execute(upsert, (key, partition, data))
+            except (errors.UndefinedTable, errors.InvalidSchemaName):
+                self.ensure_table(conn)
+                conn.execute(upsert, (key, partition, data))
+        context.add_output_metadata({"value_table": self.table_name, "value_bytes": len(data)})
+
+    def load_input(self, context: dg.InputContext) -> object:
+        key = _key(context)
+        if not context.has_asset_key or not context.has_asset_partitions:
+            return self._load(context, key, [""])[""]
+        partition_keys = list(context.asset_partition_keys)
+        values = self._load(context, key, partition_keys)
+        if len(partition_keys) == 1:
+            return values[partition_keys[0]]
+        return values
+
+    def _load(self, context: dg.InputContext, key: str, partition_keys: Sequence[str]) -> dict[str, object]:
+        """The values of ``key`` for ``partition_keys``, in that order; a ``dg.Failure`` for a missing one
+        (skipped instead when the input's metadata sets ``allow_missing_partitions``, as for UPathIOManager)."""
+        if not partition_keys:
+            return {}
+        query = sql.SQL("SELECT partition, value FROM {} WHERE asset_key = %s AND partition = ANY(%s)").format(self._table())
+        with self.postgres.connect() as conn:
+            try:
+                rows = dict(conn.execute(query, (key, list(partition_keys))).fetchall())
+            except (errors.UndefinedTable, errors.InvalidSchemaName):
+                rows = {}
+        missing = [p for p in partition_keys if p not in rows]
+        allow_missing = bool((context.definition_metadata or {}).get("allow_missing_partitions", False)) and len(partition_keys) > 1
+        if missing and not allow_missing:
+            where = "partition " + ", ".join(missing) if missing != [""] else "(unpartitioned)"
+            raise dg.Failure(
+                f"no stored value for asset {key} {where}: materialize it first (looked in {self.table_name})",
+                metadata={"asset_key": key, "missing_partitions": ", ".join(missing) or "(unpartitioned)", "table": self.table_name},
+            )
+        for p in missing:
+            context.log.warning(f"no stored value for asset {key} partition {p}: skipped (allow_missing_partitions)")
+        return {p: pickle.loads(rows[p]) for p in partition_keys if p in rows}
+
+
+def _key(context: dg.InputContext | dg.OutputContext) -> str:
+    """The row key: the asset key's path joined by "/", or ``ops/<run>/<step>/<output>`` for a plain op output."""
+    if context.has_asset_key:
+        return "/".join(context.asset_key.path)
+    return "/".join(["ops", *context.get_identifier()])
+
+
+@dg.definitions
+def io_managers() -> dg.Definitions:
+    # The same Postgres as the "postgres" resource; a nested resource is given by value, not by key.
+    return dg.Definitions(resources={"io_manager": PostgresPickleIOManager(postgres=postgres_resource())})

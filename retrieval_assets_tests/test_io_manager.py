@@ -1,0 +1,224 @@
+"""The Postgres IO manager against the test Postgres: values round-trip (unpartitioned, one
+partition, all partitions), ``None`` is not stored, a missing value fails with a message, the
+defs folder registers it, and two embedder partitions of ``evaluate_embedders`` run at once on
+the multiprocess executor, their steps handing values over through Postgres alone."""
+
+import concurrent.futures
+import os
+import pickle
+from pathlib import Path
+
+import dagster as dg
+import pytest
+from psycopg import sql
+
+from retrieval_assets import pg
+from retrieval_assets.defs.io_manager import TABLE, PostgresPickleIOManager
+from retrieval_assets.defs.resources import PostgresResource
+
+PREFIX = "t_io_"  # every schema of this module, dropped before and after
+DEFS_FOLDER = Path(__file__).resolve().parents[1] / "retrieval_assets"
+
+letters = dg.StaticPartitionsDefinition(["a", "b"])
+
+
+@dg.asset
+def numbers() -> list[int]:
+    return [1, 2, 3]
+
+
+@dg.asset(partitions_def=letters)
+def word(context: dg.AssetExecutionContext, numbers: list[int]) -> dict:
+    return {"letter": context.partition_key, "total": sum(numbers)}
+
+
+@dg.asset(partitions_def=letters)
+def shout(context: dg.AssetExecutionContext, word: dict) -> str:
+    return f"{word['letter'].upper()}{word['total']}"  # same partition: one value, not a dict
+
+
+@dg.asset
+def all_words(word: dict[str, dict]) -> list[str]:
+    return sorted(w["letter"] for w in word.values())  # every partition: {partition: value}
+
+
+@dg.asset
+def report_only() -> dg.MaterializeResult:
+    return dg.MaterializeResult(metadata={"rows": 1})  # Dagster does not call the IO manager
+
+
+@dg.asset
+def maybe_empty():
+    return dg.Output(None, metadata={"status": "nothing to do"})  # stored: None is a value downstream reads
+
+
+@dg.asset
+def reads_empty(maybe_empty: list | None) -> str:
+    return "empty" if maybe_empty is None else "full"
+
+
+ASSETS = [numbers, word, shout, all_words, report_only, maybe_empty, reads_empty]
+
+
+def _drop_prefixed(dsn: str) -> None:
+    with pg.connect(dsn) as conn:
+        names = [r[0] for r in conn.execute("SELECT nspname FROM pg_namespace WHERE starts_with(nspname, %s)", (PREFIX,))]
+        for name in names:
+            conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(name)))
+
+
+@pytest.fixture(scope="module")
+def postgres(pg_dsn):
+    _drop_prefixed(pg_dsn)
+    yield PostgresResource(dsn=pg_dsn, schema_prefix=PREFIX)
+    _drop_prefixed(pg_dsn)
+
+
+def _materialize(postgres, selection, partition=None, io_postgres=None):
+    return dg.materialize(
+        ASSETS, selection=selection, partition_key=partition, raise_on_error=False,
+        resources={"postgres": postgres, "io_manager": PostgresPickleIOManager(postgres=io_postgres or postgres)},
+    )
+
+
+def _rows(postgres) -> dict[tuple[str, str], object]:
+    with postgres.connect() as conn:
+        rows = conn.execute(sql.SQL("SELECT asset_key, partition, value FROM {}").format(
+            sql.Identifier(postgres.io_schema, TABLE))).fetchall()
+    return {(key, partition): pickle.loads(value) for key, partition, value in rows}
+
+
+def _failure(result) -> str:
+    failure = next(e for e in result.all_events if e.event_type_value == "STEP_FAILURE")
+    return failure.event_specific_data.error.to_string()
+
+
+def test_values_round_trip_through_postgres_across_runs(postgres):
+    first = _materialize(postgres, ["numbers", "report_only", "maybe_empty"])
+    assert first.success
+    assert postgres.io_schema == PREFIX + "retrieval_io"
+    assert _rows(postgres) == {("numbers", ""): [1, 2, 3], ("maybe_empty", ""): None}  # no row for report_only
+    [event] = [e for e in first.get_asset_materialization_events() if e.asset_key == dg.AssetKey("numbers")]
+    assert event.materialization.metadata["value_table"].value == f"{PREFIX}retrieval_io.{TABLE}"
+
+    # Later runs (each its own ephemeral instance) read upstream values from the table alone.
+    for letter in ("a", "b"):
+        assert _materialize(postgres, ["word", "shout"], partition=letter).success
+    both = _materialize(postgres, ["all_words", "reads_empty"])
+    assert both.success and both.output_for_node("all_words") == ["a", "b"]
+    assert both.output_for_node("reads_empty") == "empty"
+    assert _rows(postgres) == {
+        ("numbers", ""): [1, 2, 3],
+        ("maybe_empty", ""): None,
+        ("reads_empty", ""): "empty",
+        ("word", "a"): {"letter": "a", "total": 6},
+        ("word", "b"): {"letter": "b", "total": 6},
+        ("shout", "a"): "A6",
+        ("shout", "b"): "B6",
+        ("all_words", ""): ["a", "b"],
+    }
+
+
+def test_unpartitioned_asset_in_a_partitioned_run_is_stored_unpartitioned_and_replaced(postgres):
+    @dg.asset(name="numbers")
+    def other_numbers() -> list[int]:
+        return [10, 20]
+
+    result = dg.materialize(
+        [other_numbers, word], partition_key="a",
+        resources={"postgres": postgres, "io_manager": PostgresPickleIOManager(postgres=postgres)},
+    )
+    assert result.success
+    rows = _rows(postgres)
+    assert rows[("numbers", "")] == [10, 20] and ("numbers", "a") not in rows
+    assert rows[("word", "a")] == {"letter": "a", "total": 30}
+    assert _materialize(postgres, ["numbers"]).success  # restore for the other tests
+    assert _rows(postgres)[("numbers", "")] == [1, 2, 3]
+
+
+def test_missing_value_fails_naming_asset_and_partition(postgres):
+    elsewhere = PostgresResource(dsn=postgres.dsn, schema_prefix=PREFIX + "empty_")  # its table does not exist
+    result = _materialize(postgres, ["word"], partition="a", io_postgres=elsewhere)
+    assert not result.success
+    message = _failure(result)
+    assert f"no stored value for asset numbers (unpartitioned): materialize it first (looked in {PREFIX}empty_retrieval_io.{TABLE})" in message
+
+    with postgres.connect() as conn:  # the table exists, one partition's row is gone
+        conn.execute(sql.SQL("DELETE FROM {} WHERE asset_key = 'word' AND partition = 'b'").format(sql.Identifier(postgres.io_schema, TABLE)))
+    assert "no stored value for asset word partition b: materialize it first" in _failure(_materialize(postgres, ["shout"], partition="b"))
+    assert "no stored value for asset word partition b: materialize it first" in _failure(_materialize(postgres, ["all_words"]))
+    assert _materialize(postgres, ["word"], partition="b").success  # restore
+
+
+def test_the_defs_folder_registers_it_on_the_environment_postgres(monkeypatch, pg_dsn):
+    monkeypatch.setenv("RETRIEVAL_DSN", pg_dsn)
+    monkeypatch.setenv("RETRIEVAL_SCHEMA_PREFIX", PREFIX)
+    defs = dg.load_from_defs_folder(path_within_project=DEFS_FOLDER)
+    io_manager = defs.resources["io_manager"]
+    assert isinstance(io_manager, PostgresPickleIOManager)
+    assert io_manager.postgres.io_schema == PREFIX + "retrieval_io"
+    assert io_manager.postgres.schema_prefix == defs.resources["postgres"].schema_prefix == PREFIX
+
+
+# --- two partitions of the real job at once, on the multiprocess executor --------------------
+
+def evaluate_embedders_multiprocess() -> dg.JobDefinition:
+    """``evaluate_embedders`` from the defs folder on the multiprocess executor (every step in its
+    own process), rebuilt in each step process from the environment (``dg.reconstructable``)."""
+    defs = dg.load_from_defs_folder(path_within_project=DEFS_FOLDER)
+    return defs.resolve_job_def("evaluate_embedders").with_executor_def(dg.multiprocess_executor)
+
+
+@pytest.mark.slow
+def test_two_partitions_of_evaluate_embedders_in_parallel_on_the_multiprocess_executor(monkeypatch, postgres, pg_dsn, tmp_path):
+    from dagster._core.events import DagsterEventType
+
+    from retrieval_assets.evaluation import Evaluation
+
+    monkeypatch.setenv("RETRIEVAL_DSN", pg_dsn)
+    monkeypatch.setenv("RETRIEVAL_SCHEMA_PREFIX", PREFIX)
+    monkeypatch.setenv("RETRIEVAL_HOME", str(tmp_path))  # reports and the like outside the tree
+    job = dg.reconstructable(evaluate_embedders_multiprocess)
+    run_config = {"execution": {"config": {"max_concurrent": 2}}}
+    home = tmp_path / "dagster_home"  # a persistent instance, which the step processes open too
+    home.mkdir()
+    with dg.DagsterInstance.local_temp(str(home)) as instance:
+
+        def launch(partition: str) -> tuple[str, bool]:
+            with dg.execute_job(job, instance=instance, run_config=run_config, tags={"dagster/partition": partition}) as result:
+                return result.run_id, result.success
+
+        with concurrent.futures.ThreadPoolExecutor(2) as pool:
+            runs = dict(zip(["hash", "minilm"], pool.map(launch, ["hash", "minilm"])))
+
+        failures = {}
+        for partition, (run_id, success) in runs.items():
+            if not success:
+                failures[partition] = [e.dagster_event.event_specific_data.error.to_string()
+                                       for e in instance.all_logs(run_id, of_type=DagsterEventType.STEP_FAILURE)]
+        assert not failures, failures
+
+        records = {p: instance.get_run_record_by_id(run_id) for p, (run_id, _) in runs.items()}
+        assert records["hash"].start_time < records["minilm"].end_time and records["minilm"].start_time < records["hash"].end_time
+        for partition, (run_id, _) in runs.items():
+            starts = instance.all_logs(run_id, of_type=DagsterEventType.STEP_START)
+            assert {e.dagster_event.step_key for e in starts} >= {"documents", "chunks", "chunk_index", "eval_run"}
+            assert os.getpid() not in {e.dagster_event.pid for e in starts}  # every step in a process of its own
+
+        stored = _rows(postgres)
+        assert {("documents", ""), ("chunks", ""), ("golden_queries", ""), ("eval_run", "hash"), ("eval_run", "minilm")} <= set(stored)
+        assert not {k for k, p in stored if k in {"chunk_index", "embedder_comparison"}}  # MaterializeResult: no value
+
+        defs = dg.load_from_defs_folder(path_within_project=DEFS_FOLDER)
+        for partition, (run_id, _) in runs.items():
+            value = defs.load_asset_value("eval_run", partition_key=partition, instance=instance)
+            assert isinstance(value, Evaluation) and value == stored[("eval_run", partition)]
+            [record] = instance.fetch_materializations(
+                dg.AssetRecordsFilter(asset_key=dg.AssetKey("eval_run"), asset_partitions=[partition]), limit=1).records
+            assert record.run_id == run_id
+            metadata = record.asset_materialization.metadata  # this run's row: the bytes it wrote
+            assert metadata["value_table"].value == f"{PREFIX}retrieval_io.{TABLE}"
+            with postgres.connect() as conn:
+                size = conn.execute(sql.SQL("SELECT octet_length(value) FROM {} WHERE asset_key = 'eval_run' AND partition = %s").format(
+                    sql.Identifier(postgres.io_schema, TABLE)), (partition,)).fetchone()[0]
+            assert metadata["value_bytes"].value == size
