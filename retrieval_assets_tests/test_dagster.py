@@ -350,7 +350,7 @@ def test_no_regression_passes_with_a_reason_without_comparable_baseline(resource
 
 
 def test_eval_trend_plots_each_partition_over_its_last_runs(resource):
-    assert run(resource).success
+    assert run(resource).success and run(resource).success
     result = run(resource, selection=["eval_trend"], partition=None)
     meta = metadata(result, "eval_trend")
     assert meta["runs"] >= 2 and "| hash |" in meta["table"]
@@ -373,3 +373,18 @@ def test_the_cli_diff_names_the_changed_queries(resource, capsys, monkeypatch):
     assert cli.main(["diff", "nosuchrun", b.run_id, "--dsn", resource.dsn]) == 2
     assert "run 'nosuchrun': no such run" in capsys.readouterr().err
     run(resource)
+
+
+def test_eval_trend_is_requested_after_an_eval_run_and_not_again(resource):
+    instance = dg.DagsterInstance.ephemeral()
+    graph = dg.Definitions(assets=ALL, resources={"postgres": resource, "corpus": CorpusResource()})
+    first = dg.evaluate_automation_conditions(defs=graph, instance=instance, asset_selection=dg.AssetSelection.assets("eval_trend"))
+    assert first.total_requested == 0  # nothing evaluated yet
+    assert run(resource, instance=instance).success
+    after_eval = dg.evaluate_automation_conditions(defs=graph, instance=instance, asset_selection=dg.AssetSelection.assets("eval_trend"),
+                                                   cursor=first.cursor)
+    assert after_eval.total_requested == 1
+    assert run(resource, selection=["eval_trend"], partition=None, instance=instance).success
+    settled = dg.evaluate_automation_conditions(defs=graph, instance=instance, asset_selection=dg.AssetSelection.assets("eval_trend"),
+                                                cursor=after_eval.cursor)
+    assert settled.total_requested == 0

@@ -98,10 +98,10 @@ def test_graphql_lists_assets_and_partitions(webserver):
                           "embedder_comparison", "eval_trend", "answers", "cranfield_report"}
     assert nodes["eval_run"]["partitionKeys"] == ["hash", "minilm", "bge-small"]
     assert nodes["documents"]["partitionKeys"] == []
-    assert {n["groupName"] for k, n in nodes.items() if k not in ("answers", "cranfield_report", "what_ifs")} == {"retrieval"}
+    assert {n["groupName"] for k, n in nodes.items() if k not in ("answers", "cranfield_report", "what_ifs", "eval_trend")} == {"retrieval"}
     assert nodes["cranfield_report"]["groupName"] == "benchmark"
     assert nodes["answers"]["groupName"] == "live"
-    assert nodes["what_ifs"]["groupName"] == "experiments"
+    assert nodes["what_ifs"]["groupName"] == "experiments" and nodes["eval_trend"]["groupName"] == "reports"
     assert "postgres" in nodes["chunk_index"]["kinds"]
 
 

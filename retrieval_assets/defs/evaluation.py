@@ -191,12 +191,18 @@ def embedder_comparison(context: dg.AssetExecutionContext, postgres: PostgresRes
                                           "comparison": dg.MetadataValue.md("\n".join(rows))})
 
 
+# Refresh the trend once after any eval_run partition is materialised (not while one is running).
+TREND_CONDITION = dg.AutomationCondition.any_deps_updated().since_last_handled() & ~dg.AutomationCondition.in_progress()
+
+
 @dg.asset(
     kinds={"postgres", "python"},
-    group_name="retrieval",
+    group_name="reports",
     deps=[dg.AssetDep("eval_run", partition_mapping=dg.AllPartitionMapping())],
+    automation_condition=TREND_CONDITION,
     description="Each partition's headline metrics (default pipeline) over its last runs on the corpus: a table and a "
-    "PNG plot (matplotlib), from the eval_runs history.",
+    "PNG plot (matplotlib), from the eval_runs history. Off the main job (matplotlib costs seconds): the "
+    "reports_after_evaluation sensor materialises it after any eval_run, or launch it on its own.",
 )
 def eval_trend(context: dg.AssetExecutionContext, postgres: PostgresResource, corpus: CorpusResource) -> dg.MaterializeResult:
     import base64

@@ -1,4 +1,5 @@
-"""The whole graph as a job, and a schedule that re-evaluates every embedder that can run here."""
+"""The whole graph as a job, a schedule that re-evaluates every embedder that can run here, and the
+sensor that refreshes the reports after an evaluation."""
 
 import dagster as dg
 
@@ -27,3 +28,11 @@ def nightly_evaluation(context: dg.ScheduleEvaluationContext):
     if not runnable:
         return dg.SkipReason("no embedder can run here: " + "; ".join(f"{k}: {r}" for k, r in skipped.items()))
     return [dg.RunRequest(run_key=f"{key}-{context.scheduled_execution_time:%Y%m%d}", partition_key=key) for key in runnable]
+
+
+reports_after_evaluation = dg.AutomationConditionSensorDefinition(
+    "reports_after_evaluation",
+    target=dg.AssetSelection.groups("reports"),
+    default_status=dg.DefaultSensorStatus.RUNNING,
+    description="With the daemon running (dagster dev, or the daemon alone), refresh eval_trend after any eval_run.",
+)
