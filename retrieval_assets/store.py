@@ -76,6 +76,8 @@ def create(conn: psycopg.Connection, schema: str, dims: int) -> None:
                  tsv tsvector GENERATED ALWAYS AS (to_tsvector('english', text)) STORED,
                  embedding vector({dims}), PRIMARY KEY (chunk_id))""",
             columns=_column_defs(), dims=sql.Literal(int(dims))))
+        if existing is None:  # a new table: the embedding inline, not in TOAST (exact scans 2.2x faster, bench_storage)
+            conn.execute(statement(schema, "ALTER TABLE {chunks} ALTER COLUMN embedding SET STORAGE PLAIN"))
         conn.execute(statement(schema, "CREATE INDEX IF NOT EXISTS chunks_embedding_hnsw ON {chunks} USING hnsw (embedding vector_cosine_ops)"))
         conn.execute(statement(schema, "CREATE INDEX IF NOT EXISTS chunks_tsv_gin ON {chunks} USING gin (tsv)"))
         conn.execute(statement(schema, "CREATE INDEX IF NOT EXISTS chunks_doc_id ON {chunks} (doc_id)"))
