@@ -24,6 +24,9 @@ from retrieval_assets_tests.conftest import CORPUS
 
 ROOT = Path(__file__).resolve().parents[1]
 PREFIX = "t_live_"
+# Slow: indexing the corpus with the real model takes about 30 s of a 2-minute quick loop; the
+# model's wiring stays in the quick loop through test_models.py, and CI runs this module.
+pytestmark = pytest.mark.slow
 FLOORS = {"hybrid": {"recall_at_k": 0.75, "mrr": 0.60, "ndcg_at_k": 0.65},
           "mmr": {"recall_at_k": 0.80, "mrr": 0.65, "ndcg_at_k": 0.70}}
 
