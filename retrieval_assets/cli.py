@@ -149,7 +149,7 @@ def _answer(conn, args, documents, chunks, out) -> None:
 
 
 def _run_id(conn, schema: str, prefix: str) -> str:
-    matches = {r["run_id"] for r in history.runs(conn, schema, limit=100000) if r["run_id"].startswith(prefix)}
+    matches = history.run_ids(conn, schema, prefix)
     if len(matches) != 1:
         raise UsageError(f"run '{prefix}': {'no such run' if not matches else 'ambiguous prefix'} in {schema}.eval_queries "
                          "(python -m retrieval_assets runs lists them)")
@@ -168,11 +168,9 @@ def _history(args, out) -> None:
         a, b = history.query_rows(conn, schema, before, args.pipeline), history.query_rows(conn, schema, after, args.pipeline)
     if not a or not b:
         raise UsageError(f"pipeline '{args.pipeline}' has no per-query rows in {'run ' + before[:8] if not a else 'run ' + after[:8]}")
-    same = [q for q in sorted(set(a) & set(b)) if a[q]["doc_hash"] == b[q]["doc_hash"]]
-    changes = [regression.Change(q, b[q]["kind"], a[q]["first_rank"], b[q]["first_rank"], a[q]["ndcg_at_k"], b[q]["ndcg_at_k"]) for q in same]
+    changes, left_out = regression.pair(a, b)
     mean, low, high = regression.paired_bootstrap([c.delta for c in changes])
-    left_out = sorted(set(a) ^ set(b) | {q for q in set(a) & set(b) if q not in same})
-    print(f"{args.pipeline}: {before[:8]} -> {after[:8]}: {len(same)} paired queries, mean nDCG change {mean:+.4f} "
+    print(f"{args.pipeline}: {before[:8]} -> {after[:8]}: {len(changes)} paired queries, mean nDCG change {mean:+.4f} "
           f"(95% bootstrap interval {low:+.4f} to {high:+.4f})" + (f"; left out (changed or not in both): {', '.join(left_out)}" if left_out else ""), file=out)
     print(f"{'query':<8} {'kind':<11} {'rank':>11} {'nDCG before':>12} {'after':>7} {'change':>7}", file=out)
     show = lambda r: "-" if r is None else str(r)  # noqa: E731

@@ -68,17 +68,20 @@ def _ensure(conn: psycopg.Connection, schema: str) -> None:
             _table(schema), sql.Identifier(column), sql.SQL(COLUMNS[column]), default))
 
 
-def _exists(conn: psycopg.Connection, schema: str) -> bool:
-    return conn.execute("SELECT EXISTS (SELECT 1 FROM pg_tables WHERE schemaname = %s AND tablename = 'eval_runs')",
-                        (schema,)).fetchone()[0]
-
-
 def _ready(conn: psycopg.Connection, schema: str) -> bool:
-    """False before the first run; else True, with an older version's tables brought up to date."""
-    if not _exists(conn, schema):
+    """False before the first run; else True, with an older version's tables brought up to date
+    (one catalog query when they already are; the DDL of ``_ensure`` only when something is missing)."""
+    runs_table, queries_table, added = conn.execute(
+        """SELECT to_regclass(format('%%I.eval_runs', %(s)s::text)) IS NOT NULL,
+                  to_regclass(format('%%I.eval_queries', %(s)s::text)) IS NOT NULL,
+                  (SELECT count(*) FROM information_schema.columns
+                   WHERE table_schema = %(s)s AND table_name = 'eval_runs' AND column_name = ANY(%(added)s))""",
+        {"s": schema, "added": list(ADDED)}).fetchone()
+    if not runs_table:
         return False
-    with conn.transaction():
-        _ensure(conn, schema)
+    if not queries_table or added < len(ADDED):
+        with conn.transaction():
+            _ensure(conn, schema)
     return True
 
 
@@ -158,6 +161,15 @@ def previous_run(conn: psycopg.Connection, schema: str, run_id: str, *, partitio
            ORDER BY q.created_at DESC, q.id DESC LIMIT 1""").format(queries=_table(schema, "eval_queries")),
         (partition, corpus, run_id, run_id)).fetchone()
     return row[0] if row else None
+
+
+def run_ids(conn: psycopg.Connection, schema: str, prefix: str) -> set[str]:
+    """The run ids with per-query history that start with ``prefix`` (taken literally)."""
+    if not _ready(conn, schema):
+        return set()
+    pattern = prefix.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
+    return {r[0] for r in conn.execute(sql.SQL("SELECT DISTINCT run_id FROM {} WHERE run_id LIKE %s").format(
+        _table(schema, "eval_queries")), (pattern,))}
 
 
 def runs(conn: psycopg.Connection, schema: str, corpus: str | None = None, limit: int = 20) -> list[dict]:

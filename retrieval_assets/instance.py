@@ -54,12 +54,16 @@ def local_dir(name: str) -> str:
     return str(Path(pg.project_home()) / ".retrieval" / "dagster" / name)
 
 
-class RetrievalStorage(DagsterPostgresStorage):
-    """Run, event-log and schedule storage in the Postgres of :func:`dagster_url`."""
+class _Unconfigured:
+    """Instance parts that take nothing from dagster.yaml: their places come from the environment."""
 
     @classmethod
     def config_type(cls):
         return {}
+
+
+class RetrievalStorage(_Unconfigured, DagsterPostgresStorage):
+    """Run, event-log and schedule storage in the Postgres of :func:`dagster_url`."""
 
     @classmethod
     def from_config_value(cls, inst_data, config_value):  # noqa: ARG003 - nothing to configure
@@ -73,24 +77,16 @@ class RetrievalStorage(DagsterPostgresStorage):
         return cls(postgres_url=url, inst_data=inst_data)
 
 
-class RetrievalArtifactStorage(LocalArtifactStorage):
+class RetrievalArtifactStorage(_Unconfigured, LocalArtifactStorage):
     """Local artifacts (run scratch files) under ``.retrieval/dagster``."""
-
-    @classmethod
-    def config_type(cls):
-        return {}
 
     @classmethod
     def from_config_value(cls, inst_data, config_value):  # noqa: ARG003
         return cls(base_dir=local_dir("artifacts"), inst_data=inst_data)
 
 
-class RetrievalComputeLogs(LocalComputeLogManager):
+class RetrievalComputeLogs(_Unconfigured, LocalComputeLogManager):
     """Captured stdout/stderr of each step under ``.retrieval/dagster/logs``."""
-
-    @classmethod
-    def config_type(cls):
-        return {}
 
     @classmethod
     def from_config_value(cls, inst_data, config_value):  # noqa: ARG003

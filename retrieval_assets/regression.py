@@ -61,6 +61,16 @@ class Verdict:
     better: list[Change] = field(default_factory=list)
 
 
+def pair(before: dict[str, dict], after: dict[str, dict]) -> tuple[list[Change], tuple[str, ...]]:
+    """Per-query changes between two runs' ``history.query_rows`` (by query id), over the queries in
+    both whose ``doc_hash`` is unchanged, and the ids left out (changed, or in one run only)."""
+    same = sorted(q for q in after if q in before and after[q]["doc_hash"] == before[q]["doc_hash"])
+    excluded = tuple(sorted(set(after) ^ set(before) | {q for q in after if q in before and q not in same}))
+    changes = [Change(q, after[q]["kind"], before[q]["first_rank"], after[q]["first_rank"], before[q]["ndcg_at_k"],
+                      after[q]["ndcg_at_k"]) for q in same]
+    return changes, excluded
+
+
 def compare(conn: psycopg.Connection, schema: str, run_id: str, *, partition: str, corpus: str, pipeline: str = "mmr",
             max_drop: float = 0.02, confidence: float = 0.95) -> Verdict:
     """The verdict on run ``run_id`` against the latest earlier comparable run (see the contract)."""
@@ -74,20 +84,17 @@ def compare(conn: psycopg.Connection, schema: str, run_id: str, *, partition: st
     k_now, k_then = next(iter(current.values()))["k"], next(iter(baseline.values()), {"k": None})["k"]
     if k_now != k_then:
         return Verdict(True, f"no comparable baseline: run {base_id[:8]} used k={k_then}, this run k={k_now}", base_id)
-    same = sorted(q for q in current if q in baseline and current[q]["doc_hash"] == baseline[q]["doc_hash"])
-    excluded = tuple(sorted(set(current) ^ set(baseline) | {q for q in current if q in baseline and q not in same}))
-    if not same:
+    changes, excluded = pair(baseline, current)
+    if not changes:
         return Verdict(True, f"no comparable queries: every query's document changed since run {base_id[:8]}", base_id, 0, excluded)
-    changes = [Change(q, current[q]["kind"], baseline[q]["first_rank"], current[q]["first_rank"],
-                      baseline[q]["ndcg_at_k"], current[q]["ndcg_at_k"]) for q in same]
     mean, low, high = paired_bootstrap(np.array([c.delta for c in changes]), confidence=confidence)
     regressed = mean < -max_drop and high < 0
-    scope = f"{len(same)} queries" + (f" ({len(excluded)} left out: document, query or anchor changed, or not in both runs)" if excluded else "")
+    scope = f"{len(changes)} queries" + (f" ({len(excluded)} left out: document, query or anchor changed, or not in both runs)" if excluded else "")
     reason = (f"nDCG@{k_now} of {pipeline} changed by {mean:+.4f} (95% interval {low:+.4f} to {high:+.4f}) over {scope} "
               f"since run {base_id[:8]}; " + ("fails: the drop exceeds" if regressed else "passes: threshold") + f" {max_drop}")
     worse = sorted((c for c in changes if c.delta < 0), key=lambda c: c.delta)
     better = sorted((c for c in changes if c.delta > 0), key=lambda c: -c.delta)
-    return Verdict(not regressed, reason, base_id, len(same), excluded, mean, low, high, worse, better)
+    return Verdict(not regressed, reason, base_id, len(changes), excluded, mean, low, high, worse, better)
 
 
 def render_changes(changes: list[Change], limit: int = 20) -> str:
