@@ -38,9 +38,13 @@ SOURCES = DEFAULT.with_(k=5)  # the retrieval of an answer's sources: the defaul
 
 
 def sources(conn: psycopg.Connection, retriever: Retriever, query: str, params: RetrievalParams = SOURCES) -> list[tuple[Chunk, float]]:
-    """The pipeline's final chunks (rerank + MMR order) with their reranker scores."""
+    """The pipeline's final chunks, in its order, each with its support: its BM25 score with the pool's idf
+    over the reranked pool (the seed reranker's score, what ``SUPPORT_FLOOR`` is calibrated on, whatever
+    the pipeline's own rerank blend)."""
     t = pipeline.run(conn, retriever, query, params)
-    return [(t.chunks[r.chunk_id], r.score) for r in t.final if r.chunk_id in t.chunks]
+    pool = list(t.chunks.values())
+    support = dict(zip([c.chunk_id for c in pool], LexicalReranker().scores(query, [c.text for c in pool]).tolist()))
+    return [(t.chunks[r.chunk_id], support[r.chunk_id]) for r in t.final if r.chunk_id in t.chunks]
 
 
 def supported(chunks: Sequence[Chunk], scores: Sequence[float] | None, *, min_support: int = 1, floor: float = SUPPORT_FLOOR) -> bool:

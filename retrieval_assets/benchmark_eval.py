@@ -21,15 +21,15 @@ from retrieval_assets import chunker, pipeline, store
 from retrieval_assets.datasets import Benchmark
 from retrieval_assets.embed import Embedder
 from retrieval_assets.metrics import mrr, ndcg_at_k, recall_at_k
-from retrieval_assets.params import DEFAULT, LEXICAL, RetrievalParams
+from retrieval_assets.params import LEXICAL, SEED, RetrievalParams
 from retrieval_assets.pipeline import Retriever
 from retrieval_assets.rerank import CorpusStats, LexicalReranker
 from retrieval_assets.types import Chunk, Document
 
 Ranker = Callable[[str], Sequence[str]]
 
-# Cranfield's pipeline: 300 chunks from each first-stage list and in the fused rerank pool, all returned
-CRANFIELD = DEFAULT.with_(k=300, n=300)
+# Cranfield's pipeline: the seed's, with 300 chunks from each first-stage list and in the fused rerank pool, all returned
+CRANFIELD = SEED.with_(k=300, n=300)
 
 
 def chunk_documents(documents: Sequence[Document], *, max_chars: int = 1200, overlap: int = 1) -> list[Chunk]:
@@ -104,6 +104,14 @@ def our_rankers(conn: psycopg.Connection, schema: str, embedder: Embedder, chunk
     for i, lexical in enumerate(lexicals):
         out.update(pipeline_rankers(conn, schema, embedder, chunks, params=params.with_(lexical=lexical), depth=depth, vector=i == 0))
     return out
+
+
+def params_ranker(conn: psycopg.Connection, schema: str, embedder: Embedder, chunks: Sequence[Chunk], params: RetrievalParams, *,
+                  depth: int = 100) -> Ranker:
+    """The final list of ``pipeline.run`` under ``params`` (its reranker from ``pipeline.retriever``), as documents."""
+    chunk_doc = {c.chunk_id: c.doc_id for c in chunks}
+    retriever = pipeline.retriever(conn, schema, embedder, params)
+    return lambda query: to_documents((r.chunk_id for r in pipeline.run(conn, retriever, query, params).final), chunk_doc, depth)
 
 
 def bm25s_ranker(documents: Sequence[Document], *, k1: float = 1.2, b: float = 0.75, depth: int = 100) -> Ranker:

@@ -17,12 +17,10 @@ import sys
 import uuid
 from pathlib import Path
 
-from retrieval_assets import answer, chunker, diagnose, evaluation, golden, history, partitions, pg, regression, store
+from retrieval_assets import answer, chunker, diagnose, evaluation, golden, history, params, partitions, pg, pipeline, regression, store
 from retrieval_assets.datasets import DatasetError
 from retrieval_assets.fastembed_models import ModelUnavailableError
-from retrieval_assets.params import DEFAULT, LEXICAL, RetrievalParams
-from retrieval_assets.pipeline import Retriever
-from retrieval_assets.rerank import CorpusStats, LexicalReranker
+from retrieval_assets.params import DEFAULT, FUSION, LEXICAL, PIPELINES, RetrievalParams
 
 PROJECT_CORPUS = Path(__file__).resolve().parents[1] / "fixtures" / "corpus"
 
@@ -50,7 +48,7 @@ def _parser() -> argparse.ArgumentParser:
                             "diff": "per-query nDCG and rank changes of one pipeline between two runs of the history"}.items():
         p = commands.add_parser(name, help=help_text, description=help_text)
         p.add_argument("--dsn", default=None, help="Postgres DSN (default: $RETRIEVAL_DSN, else the embedded server)")
-        p.add_argument("--pipeline", default="mmr", help="pipeline name as recorded (mmr, rerank, hybrid, bm25:mmr, ...)")
+        p.add_argument("--pipeline", default="mmr", help="stage as recorded: mmr (the final list), rerank, hybrid; seed:mmr etc. for the seed pipeline")
         if name == "diff":
             p.add_argument("before", help="run id (or a unique prefix) of the earlier run")
             p.add_argument("after", help="run id (or a unique prefix) of the later run")
@@ -67,10 +65,15 @@ def _parser() -> argparse.ArgumentParser:
         p.add_argument("--dsn", default=None, help="Postgres DSN (default: $RETRIEVAL_DSN, else the embedded server)")
         if name == "index":
             continue
+        p.add_argument("--pipeline", default="default", help=f"named pipeline ({', '.join(PIPELINES)}); the options below override it")
         p.add_argument("--k", type=int, default=DEFAULT.k if name != "answer" else answer.SOURCES.k)
         p.add_argument("--n", type=int, default=DEFAULT.n, help="fused candidate pool size")
-        p.add_argument("--mmr-lambda", type=float, default=DEFAULT.mmr_lambda)
-        p.add_argument("--lexical", default=DEFAULT.lexical, choices=LEXICAL, help="lexical list fused with vectors")
+        p.add_argument("--lexical", default=None, choices=LEXICAL, help="lexical list fused with vectors")
+        p.add_argument("--fusion", default=None, choices=FUSION, help="how the two lists are fused")
+        p.add_argument("--vector-weight", type=float, default=None, help="fusion weight of the vector list in [0, 1] (lexical: 1 - it)")
+        p.add_argument("--rerank-weight", type=float, default=None, help="the reranker's share of the rerank score in [0, 1]")
+        p.add_argument("--mmr-lambda", type=float, default=None, help="MMR trade-off in [0, 1]")
+        p.add_argument("--no-mmr", action="store_true", help="no MMR")
         p.add_argument("--corpus-idf", action="store_true", help="BM25 rerank with corpus-level idf instead of the pool's")
         if name == "evaluate":
             p.add_argument("--failures", action="store_true", help="print query_id, kind, best_rank of every miss instead")
@@ -83,8 +86,19 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _params(args) -> RetrievalParams:
+    """The named pipeline with the command line's overrides."""
+    changes = {"k": args.k, "n": args.n}
+    if args.vector_weight is not None:
+        changes["weights"] = (args.vector_weight, round(1 - args.vector_weight, 12))
+    changes.update({name: value for name, value in (("lexical", args.lexical), ("fusion", args.fusion),
+                                                     ("rerank_weight", args.rerank_weight), ("mmr_lambda", args.mmr_lambda))
+                    if value is not None})
+    if args.no_mmr:
+        changes["mmr_lambda"] = None
+    if args.corpus_idf:
+        changes["rerank_idf"] = "corpus"
     try:
-        return DEFAULT.with_(k=args.k, n=args.n, mmr_lambda=args.mmr_lambda, lexical=args.lexical)
+        return params.named(args.pipeline).with_(**changes)
     except ValueError as exc:
         raise UsageError(str(exc)) from None
 
@@ -105,16 +119,15 @@ def _evaluate(conn, args, documents, chunks, out) -> None:
     params = _params(args)
     gold = golden.load_golden(Path(args.corpus) / "golden.yaml", documents)
     schema, embedder, _ = _index(conn, args, chunks)
-    stats = CorpusStats.from_texts([c.text for c in chunks]) if args.corpus_idf else None
-    ev = evaluation.evaluate_pipelines(conn, Retriever(schema, embedder, LexicalReranker(corpus=stats)), gold, params)
+    ev = evaluation.evaluate_pipelines(conn, pipeline.retriever(conn, schema, embedder, params), gold, params)
     if args.failures:
         print("query_id\tkind\tbest_rank", file=out)
         for q in ev.failures():
             print(f"{q.query_id}\t{q.kind}\t{q.best_rank if q.best_rank is not None else 'none'}", file=out)
     else:
-        print(f"embedder {embedder.name}, lexical list {params.lexical}, k={params.k}, n={params.n}: "
+        print(f"embedder {embedder.name}, pipeline {args.pipeline}: {params.describe()}; k={params.k}, n={params.n}: "
               f"fused recall@{params.n} = {ev.pool_recall:.3f}", file=out)
-        for name, label in (("hybrid", "hybrid (RRF)"), ("rerank", "+ BM25 rerank"), ("mmr", f"+ MMR ({params.mmr_lambda})")):
+        for name, label in (("hybrid", f"hybrid ({params.fusion})"), ("rerank", "+ rerank"), ("mmr", "final (+ MMR when set)")):
             print(f"\n{label}", file=out)
             evaluation.report(ev.metrics[name], file=out)
     if args.json:
@@ -129,7 +142,7 @@ def _diagnose(conn, args, documents, chunks, out) -> None:
     params = _params(args)
     gold = golden.load_golden(Path(args.corpus) / "golden.yaml", documents)
     schema, embedder, _ = _index(conn, args, chunks)
-    retriever = Retriever(schema, embedder, LexicalReranker())
+    retriever = pipeline.retriever(conn, schema, embedder, params)
     misses = diagnose.diagnose(conn, retriever, gold, params)
     what_ifs = [] if args.no_what_if else diagnose.what_if(
         conn, retriever, gold, documents, chunks, params, scratch=partitions.schema_name(args.embedder, "whatif", partitions.env_prefix(), run=uuid.uuid4().hex[:8]))
@@ -141,7 +154,7 @@ def _answer(conn, args, documents, chunks, out) -> None:
         raise UsageError("the question is empty")
     params = _params(args)
     schema, embedder, _ = _index(conn, args, chunks)
-    found = answer.sources(conn, Retriever(schema, embedder, LexicalReranker()), args.question, params)
+    found = answer.sources(conn, pipeline.retriever(conn, schema, embedder, params), args.question, params)
     result = answer.extractive_answer(args.question, [c for c, _ in found], scores=[s for _, s in found])
     print(result.text, file=out)
     for n, (c, score) in enumerate(found, 1):

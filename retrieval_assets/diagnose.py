@@ -42,7 +42,7 @@ FIX_FOR = {
     "vocabulary-gap": "better-embedder",
 }
 LISTS = ("vector", "text", "fused", "reranked", "final", "exact_vector")
-WEIGHT_GRID = ((1.0, 2.0), (2.0, 1.0), (1.0, 4.0), (4.0, 1.0))  # (vector, text)
+WEIGHT_GRID = ((0.5, 1.0), (1.0, 0.5), (0.25, 1.0), (1.0, 0.25))  # (vector, text)
 
 
 @dataclass(frozen=True)

@@ -2,9 +2,10 @@
 
 Contract: every search reads one partition's ``schema`` and returns ``Hit(chunk_id, score,
 rank)`` with ranks from 1; none raises on user query text, and a query without words returns
-``[]``. ``rrf`` fuses ranked lists by ``sum(weight / (k + rank))`` with ties broken by chunk_id
-and keeps each item's rank per list. ``search`` is the first stage of ``pipeline.run``: both
-lists, fused, cut at ``params.k``.
+``[]``. ``rrf`` fuses ranked lists by ``sum(weight / (k + rank))``; ``convex`` by a weighted
+sum of each list's scores normalised over the list (min-max or z-score); ``fuse`` picks one by
+``params.fusion``. Fused lists break ties by chunk_id and keep each item's rank per list.
+``search`` is the first stage of ``pipeline.run``: both lists, fused, cut at ``params.k``.
 """
 
 from __future__ import annotations
@@ -95,6 +96,50 @@ def rrf(lists: Sequence[Sequence[Hit]], k: int = DEFAULT.rrf_k, weights: Sequenc
     return [Ranked(cid, scores[cid], rank, tuple(ranks[cid])) for rank, cid in enumerate(order, 1)]
 
 
+def normalise(scores: np.ndarray, method: str) -> np.ndarray:
+    """``scores`` mapped to [0, 1] by min-max, or to standard scores by z-score; a constant list maps to 1 (min-max) or 0."""
+    scores = np.asarray(scores, dtype=np.float64)
+    if scores.size == 0:
+        return scores
+    if method == "minmax":
+        spread = scores.max() - scores.min()
+        return (scores - scores.min()) / spread if spread > 0 else np.ones_like(scores)
+    if method == "zscore":
+        std = scores.std()
+        return (scores - scores.mean()) / std if std > 0 else np.zeros_like(scores)
+    raise ValueError(f"unknown normalisation '{method}' (known: minmax, zscore)")
+
+
+def convex(lists: Sequence[Sequence[Hit]], method: str = "minmax", weights: Sequence[float] | None = None) -> list[Ranked]:
+    """Convex combination: score(d) = sum over lists of weight * normalised score, where a list that lacks
+    d contributes its lowest normalised score (0 for min-max): absent counts as worst seen (Bruch et al., TOIS 2023)."""
+    weights = weights or [1.0] * len(lists)
+    if len(weights) != len(lists):
+        raise ValueError(f"{len(weights)} weights for {len(lists)} lists")
+    ids = sorted({h.chunk_id for hits in lists for h in hits})
+    position = {cid: i for i, cid in enumerate(ids)}
+    total = np.zeros(len(ids))
+    ranks = np.zeros((len(ids), len(lists)), dtype=np.int64)  # 0: not in that list
+    for j, hits in enumerate(lists):
+        if not hits:
+            continue
+        norm = normalise([h.score for h in hits], method)
+        column = np.full(len(ids), norm.min())
+        rows = np.fromiter((position[h.chunk_id] for h in hits), dtype=np.int64, count=len(hits))
+        column[rows] = norm
+        ranks[rows, j] = [h.rank for h in hits]
+        total += weights[j] * column
+    order = np.lexsort((np.arange(len(ids)), -total))  # ids are sorted: ties by chunk_id
+    return [Ranked(ids[i], float(total[i]), rank, tuple(int(r) or None for r in ranks[i])) for rank, i in enumerate(order, 1)]
+
+
+def fuse(lists: Sequence[Sequence[Hit]], params: RetrievalParams = DEFAULT) -> list[Ranked]:
+    """The first-stage lists fused by ``params.fusion`` with ``params.weights`` (``rrf`` with ``params.rrf_k``)."""
+    if params.fusion == "rrf":
+        return rrf(lists, params.rrf_k, params.weights)
+    return convex(lists, params.fusion, params.weights)
+
+
 def first_stage(conn: psycopg.Connection, schema: str, vector: np.ndarray, query: str,
                 params: RetrievalParams = DEFAULT) -> tuple[list[Hit], list[Hit]]:
     """The vector and lexical top ``params.n`` of one query (``vector``: the query's embedding)."""
@@ -103,8 +148,8 @@ def first_stage(conn: psycopg.Connection, schema: str, vector: np.ndarray, query
 
 
 def search(conn: psycopg.Connection, schema: str, embedder: Embedder, query: str, params: RetrievalParams = DEFAULT) -> list[Ranked]:
-    """Fuse the vector and lexical top ``params.n`` (RRF, ``params.weights``) and return the first ``params.k``
+    """Fuse the vector and lexical top ``params.n`` (``fuse``: ``params.fusion``, ``params.weights``) and return the first ``params.k``
     (the query cut to ``params.limit_query``)."""
     query = limit_query(query)
     lists = first_stage(conn, schema, embedder.embed([query])[0], query, params)
-    return rrf(lists, params.rrf_k, params.weights)[: params.k]
+    return fuse(lists, params)[: params.k]

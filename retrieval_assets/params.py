@@ -10,6 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass, fields, replace
 
 LEXICAL = ("ts_rank_cd", "bm25")  # the lexical lists hybrid search can fuse with vectors
+FUSION = ("rrf", "minmax", "zscore")  # reciprocal rank fusion, convex combination of min-max or z-score normalised scores
+RERANK_IDF = ("pool", "corpus")  # where the BM25 reranker's document frequencies come from
 EF_SEARCH_MAX = 1000  # pgvector's upper bound for hnsw.ef_search
 MAX_QUERY_CHARS = 1000  # a query is cut to its first 1,000 characters ...
 MAX_QUERY_TERMS = 64  # ... and its first 64 whitespace-separated terms (the cut is logged)
@@ -20,9 +22,12 @@ class RetrievalParams:
     k: int = 10  # results returned (and the metrics' cut-off)
     n: int = 50  # candidates taken from each first-stage list and kept in the fused pool
     rrf_k: int = 60  # reciprocal rank fusion: score = sum(weight / (rrf_k + rank))
-    weights: tuple[float, float] = (1.0, 1.0)  # RRF weight of the vector list, of the lexical list
+    weights: tuple[float, float] = (1.0, 1.0)  # fusion weight of the vector list, of the lexical list, each in [0, 1]
     lexical: str = "ts_rank_cd"  # "ts_rank_cd" (the seed's) or "bm25" (inside Postgres)
+    fusion: str = "rrf"  # one of FUSION (hybrid.fuse)
     rerank: bool = True  # rerank the whole fused pool with the retriever's reranker
+    rerank_weight: float = 1.0  # rerank score = w * reranker score + (1 - w) * fused score, both min-max normalised over the pool
+    rerank_idf: str = "pool"  # the BM25 reranker's idf: from the fused pool (the seed's) or every chunk of the index
     mmr_lambda: float | None = 0.7  # MMR over the reranked pool; None: no MMR
     ef_search: int | None = None  # HNSW candidate list; None: n; clamped to 40..EF_SEARCH_MAX
     statement_timeout_ms: int = 10_000  # every search statement of pipeline.run; 0: no limit
@@ -35,11 +40,17 @@ class RetrievalParams:
         if self.n < self.k:
             raise ValueError(f"n must be at least k (the pool holds the results), got k={self.k} n={self.n}")
         weights = tuple(self.weights)
-        if len(weights) != 2 or any(not isinstance(w, (int, float)) or isinstance(w, bool) or w < 0 for w in weights):
-            raise ValueError(f"weights must be two non-negative numbers (vector, lexical), got {self.weights!r}")
+        if len(weights) != 2 or any(not _unit(w) for w in weights) or not any(weights):
+            raise ValueError(f"weights must be two numbers within [0, 1] (vector, lexical), not both 0, got {self.weights!r}")
         object.__setattr__(self, "weights", tuple(float(w) for w in weights))
         if self.lexical not in LEXICAL:
             raise ValueError(f"lexical must be one of {', '.join(LEXICAL)}, got {self.lexical!r}")
+        if self.fusion not in FUSION:
+            raise ValueError(f"fusion must be one of {', '.join(FUSION)}, got {self.fusion!r}")
+        if self.rerank_idf not in RERANK_IDF:
+            raise ValueError(f"rerank_idf must be one of {', '.join(RERANK_IDF)}, got {self.rerank_idf!r}")
+        if not _unit(self.rerank_weight):
+            raise ValueError(f"rerank_weight must be a number within [0, 1] (1: the reranker's score alone), got {self.rerank_weight!r}")
         if self.mmr_lambda is not None and not (isinstance(self.mmr_lambda, (int, float)) and 0 <= self.mmr_lambda <= 1):
             raise ValueError(f"mmr_lambda must be within [0, 1] (or None for no MMR), got {self.mmr_lambda!r}")
         if self.ef_search is not None and (not isinstance(self.ef_search, int) or isinstance(self.ef_search, bool) or self.ef_search < 1):
@@ -47,6 +58,17 @@ class RetrievalParams:
 
         if not isinstance(self.statement_timeout_ms, int) or isinstance(self.statement_timeout_ms, bool) or self.statement_timeout_ms < 0:
             raise ValueError(f"statement_timeout_ms must be a non-negative integer (0: no limit), got {self.statement_timeout_ms!r}")
+
+    def describe(self) -> str:
+        """The pipeline in one line: lexical list, fusion and weights, rerank, MMR."""
+        fusion = f"RRF (k {self.rrf_k})" if self.fusion == "rrf" else f"{self.fusion} fusion"
+        parts = [f"{self.lexical} list, {fusion}, weights vector {self.weights[0]:g} / lexical {self.weights[1]:g}"]
+        if self.rerank and self.rerank_weight > 0:
+            blend = "" if self.rerank_weight == 1 else f" blended {self.rerank_weight:g} with the fused score"
+            parts.append(f"BM25 rerank ({self.rerank_idf} idf){blend}")
+        if self.rerank and self.mmr_lambda is not None:
+            parts.append(f"MMR {self.mmr_lambda:g}")
+        return " + ".join(parts)
 
     def with_(self, **changes) -> RetrievalParams:
         """A copy with ``changes`` applied (and validated)."""
@@ -56,7 +78,21 @@ class RetrievalParams:
         return replace(self, **changes)
 
 
-DEFAULT = RetrievalParams()
+def _unit(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and 0 <= value <= 1
+
+
+SEED = RetrievalParams()  # the seed's pipeline: ts_rank_cd list, RRF 1:1, the reranker's order alone, MMR 0.7
+DEFAULT = SEED
+PIPELINES = {"default": DEFAULT, "seed": SEED}  # the named pipelines assets, command line and benchmarks accept
+
+
+def named(name: str) -> RetrievalParams:
+    """The named pipeline's parameters; ``ValueError`` naming the known names otherwise."""
+    try:
+        return PIPELINES[name]
+    except (KeyError, TypeError):
+        raise ValueError(f"unknown pipeline {name!r} (known: {', '.join(PIPELINES)})") from None
 
 
 def limit_query(query: str) -> str:

@@ -1,9 +1,10 @@
 """The retrieval pipeline: one query through both first-stage lists, fusion, rerank and MMR.
 
 Contract: ``run(conn, retriever, query, params)`` embeds the query once, searches the
-retriever's schema for the vector and lexical top ``params.n``, fuses them (RRF), reranks the
-whole fused pool with the retriever's reranker (when ``params.rerank`` and it has one), applies
-MMR (when ``params.mmr_lambda`` is set) and returns a ``Trace`` of every list, best first, with
+retriever's schema for the vector and lexical top ``params.n``, fuses them (``hybrid.fuse``),
+reranks the whole fused pool with the retriever's reranker (when ``params.rerank`` and it has
+one; blended with the fused score by ``params.rerank_weight``), applies MMR (when
+``params.mmr_lambda`` is set) and returns a ``Trace`` of every list, best first, with
 the pool's chunks as fetched once. Evaluation, diagnosis, answers, benchmarks and the assets
 all call it. User query text never raises: a query longer than ``params.MAX_QUERY_CHARS``
 characters or ``MAX_QUERY_TERMS`` terms is cut (and the cut logged); every search statement
@@ -23,7 +24,7 @@ from psycopg.rows import dict_row
 from retrieval_assets import hybrid
 from retrieval_assets.embed import Embedder
 from retrieval_assets.params import DEFAULT, MAX_QUERY_CHARS, MAX_QUERY_TERMS, RetrievalParams, limit_query
-from retrieval_assets.rerank import Reranker, mmr
+from retrieval_assets.rerank import CorpusStats, LexicalReranker, Reranker, blend, mmr
 from retrieval_assets.tables import chunk_of, column_list, statement
 from retrieval_assets.types import Chunk, Hit, Ranked
 
@@ -53,6 +54,18 @@ class Trace:
     chunks: dict[str, Chunk] = field(default_factory=dict, repr=False)  # the reranked pool, by chunk_id
 
 
+def retriever(conn: psycopg.Connection, schema: str, embedder: Embedder, params: RetrievalParams = DEFAULT, *,
+              reranker: Reranker | None = None) -> Retriever:
+    """The retriever ``params`` asks for: ``reranker`` when given, else the BM25 ``LexicalReranker`` with the
+    pool's idf or (``params.rerank_idf == "corpus"``) the idf of every chunk in ``schema`` (read once, here)."""
+    if reranker is None:
+        stats = None
+        if params.rerank_idf == "corpus":
+            stats = CorpusStats.from_texts([t for (t,) in conn.execute(statement(schema, "SELECT text FROM {chunks}"))])
+        reranker = LexicalReranker(corpus=stats)
+    return Retriever(schema, embedder, reranker)
+
+
 def fetch(conn: psycopg.Connection, schema: str, chunk_ids: list[str]) -> dict[str, tuple[Chunk, np.ndarray]]:
     """``{chunk_id: (Chunk, embedding)}`` for the ids present in ``schema.chunks``."""
     # binary: vectors arrive as float32 bytes, not text to parse
@@ -80,12 +93,13 @@ def timeout(conn: psycopg.Connection, ms: int):
 
 
 def run(conn: psycopg.Connection, retriever: Retriever, query: str, params: RetrievalParams = DEFAULT, *,
-        first_stage: Trace | None = None) -> Trace:
+        first_stage: Trace | None = None, rows: dict[str, tuple[Chunk, np.ndarray]] | None = None) -> Trace:
     """The pipeline for one query, every intermediate list kept (``Trace.final``: the answer, top ``params.k``).
 
     ``first_stage``: an earlier trace of the same query, ``n``, ``lexical`` and ``ef_search``
     whose first-stage lists and query vector are reused (what-if experiments on the fusion
-    weights or the second stage).
+    weights or the second stage). ``rows``: a caller's cache of ``fetch`` results (read and
+    filled), so that repeated runs over the same pool fetch each chunk once.
     """
     limited = limit_query(query)
     if limited != query:
@@ -99,13 +113,20 @@ def run(conn: psycopg.Connection, retriever: Retriever, query: str, params: Retr
     with timeout(conn, params.statement_timeout_ms):
         if first_stage is None:
             vector, text = hybrid.first_stage(conn, retriever.schema, vector_q, query, params)
-        fused = hybrid.rrf([vector, text], params.rrf_k, params.weights)[: params.n]
+        fused = hybrid.fuse([vector, text], params)[: params.n]
         if retriever.reranker is None or not params.rerank or not fused:
             return Trace(vector_q, vector, text, fused, fused, fused[: params.k])
-        rows = fetch(conn, retriever.schema, [r.chunk_id for r in fused])
+        rows = {} if rows is None else rows
+        missing = [r.chunk_id for r in fused if r.chunk_id not in rows]
+        if missing:
+            rows.update(fetch(conn, retriever.schema, missing))
     pool = [rows[r.chunk_id][0] for r in fused if r.chunk_id in rows]
     chunks = {c.chunk_id: c for c in pool}
-    reranked = retriever.reranker.rerank(query, pool, len(pool))
+    evidence = {r.chunk_id: r.score for r in fused}
+    if params.rerank_weight > 0:
+        reranked = blend(retriever.reranker.rerank(query, pool, len(pool)), evidence, params.rerank_weight)
+    else:  # the fused order, the pool's positions as ranks
+        reranked = [Ranked(c.chunk_id, evidence[c.chunk_id], i, (i,)) for i, c in enumerate(pool, 1)]
     if params.mmr_lambda is None:
         return Trace(vector_q, vector, text, fused, reranked, reranked[: params.k], chunks)
     final = mmr(vector_q, reranked, [rows[r.chunk_id][1] for r in reranked], lam=params.mmr_lambda, top_k=params.k)

@@ -1,8 +1,9 @@
 """Second stage: BM25 or cross-encoder reranking, then MMR (seed stage 04).
 
 Contract: a ``Reranker`` returns ``Ranked`` best first, ranks from 1, ties in input order, and
-``ranks`` holding each chunk's input position. ``mmr`` reorders for diversity and keeps the
-reranker's scores. ``pipeline.run`` chains them after fusion.
+``ranks`` holding each chunk's input position. ``blend`` mixes its scores with the first
+stage's (``params.rerank_weight``; 1 keeps the reranker's order, the seed's). ``mmr`` reorders
+for diversity and keeps the scores it is given. ``pipeline.run`` chains them after fusion.
 """
 
 from __future__ import annotations
@@ -114,6 +115,21 @@ class CrossEncoderReranker:
             return []
         scores = np.fromiter(self._load().rerank(query, [c.text for c in chunks], batch_size=self.batch_size), dtype=np.float64)
         return _ranked(chunks, scores, top_k)
+
+
+def blend(reranked: Sequence[Ranked], evidence: Mapping[str, float], weight: float) -> list[Ranked]:
+    """``reranked`` re-scored by ``weight * reranker score + (1 - weight) * evidence`` (each min-max normalised
+    over the pool; ``evidence``: the first stage's fused score by chunk_id), best first, ties in fused order."""
+    if weight >= 1 or not reranked:
+        return list(reranked)
+    def unit(values: np.ndarray) -> np.ndarray:
+        spread = values.max() - values.min()
+        return (values - values.min()) / spread if spread > 0 else np.ones_like(values)
+    own = unit(np.array([r.score for r in reranked], dtype=np.float64))
+    first = unit(np.array([evidence[r.chunk_id] for r in reranked], dtype=np.float64))
+    scores = weight * own + (1 - weight) * first
+    order = np.lexsort((-first, -scores))
+    return [Ranked(reranked[i].chunk_id, float(scores[i]), rank, reranked[i].ranks) for rank, i in enumerate(order, 1)]
 
 
 def _relevance(scores: np.ndarray, query_vec: np.ndarray, unit: np.ndarray) -> np.ndarray:

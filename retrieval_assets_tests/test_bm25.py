@@ -160,7 +160,7 @@ def test_hostile_queries_never_raise(indexed, schema, query):
     if negative is None:
         top = sorted((i for i in range(len(ids)) if expected[i] > 0), key=lambda i: (-expected[i], ids[i]))[:50]
         assert [h.chunk_id for h in hits] == [ids[i] for i in top]
-    params = RetrievalParams(lexical="bm25", weights=(1.0, 2.0))
+    params = RetrievalParams(lexical="bm25", weights=(0.5, 1.0))
     fused = hybrid.search(conn, schema, embedder, query, params)
     assert isinstance(fused, list) and all(isinstance(r, Ranked) for r in fused)
     assert [r.rank for r in fused] == list(range(1, len(fused) + 1)) and len(fused) <= params.k

@@ -12,14 +12,14 @@ import yaml
 from psycopg import sql
 
 from retrieval_assets import evaluation, golden, partitions, pg
+from retrieval_assets import pipeline as pipeline_lib
 from retrieval_assets.definitions import defs
 from retrieval_assets.defs import corpus, diagnosis, index
 from retrieval_assets.defs import evaluation as evaluation_defs
 from retrieval_assets.defs.jobs import nightly_evaluation
 from retrieval_assets.defs.resources import CorpusResource, PostgresResource
 from retrieval_assets.embed import HashEmbedder
-from retrieval_assets.pipeline import Retriever
-from retrieval_assets.rerank import LexicalReranker
+from retrieval_assets.params import DEFAULT
 from retrieval_assets_tests.conftest import CORPUS
 
 ALL = dg.load_assets_from_modules([corpus, index, evaluation_defs, diagnosis])
@@ -103,16 +103,18 @@ def test_whole_graph_for_hash_matches_the_library(resource):
     ev_meta = metadata(result, "eval_run")
     with resource.connect() as conn:
         queries = golden.load_golden(CORPUS / "golden.yaml")
-        ev = evaluation.evaluate_pipelines(conn, Retriever(resource.schema("hash"), HashEmbedder(), LexicalReranker()), queries)
+        ev = evaluation.evaluate_pipelines(conn, pipeline_lib.retriever(conn, resource.schema("hash"), HashEmbedder(), DEFAULT),
+                                           queries, DEFAULT)
     assert list(ev_meta)[:3] == ["recall@k", "mrr", "ndcg@k"]  # the default pipeline's headline first
     assert (ev_meta["recall@k"], ev_meta["mrr"], ev_meta["ndcg@k"]) == tuple(
         round(getattr(ev.metrics["mmr"], f), 4) for f in ("recall_at_k", "mrr", "ndcg_at_k"))
-    for pipeline, m in ev.metrics.items():
-        assert ev_meta[f"ts_rank_cd/{pipeline}/recall@k"] == round(m.recall_at_k, 4)
-        assert ev_meta[f"ts_rank_cd/{pipeline}/mrr"] == round(m.mrr, 4)
-        assert ev_meta[f"ts_rank_cd/{pipeline}/ndcg@k"] == round(m.ndcg_at_k, 4)
-        assert ev_meta[f"ts_rank_cd/{pipeline}/precision@k"] == round(m.precision_at_k, 4)
-    assert ev_meta["ts_rank_cd/fused_recall@n"] == round(ev.pool_recall, 4)
+    assert ev_meta["pipeline"] == DEFAULT.describe()
+    for stage, m in ev.metrics.items():
+        assert ev_meta[f"default/{stage}/recall@k"] == round(m.recall_at_k, 4)
+        assert ev_meta[f"default/{stage}/mrr"] == round(m.mrr, 4)
+        assert ev_meta[f"default/{stage}/ndcg@k"] == round(m.ndcg_at_k, 4)
+        assert ev_meta[f"default/{stage}/precision@k"] == round(m.precision_at_k, 4)
+    assert ev_meta["default/fused_recall@n"] == round(ev.pool_recall, 4)
     assert all(isinstance(v, str) or round(v, 4) == v for v in ev_meta.values() if isinstance(v, float))
     assert "| mmr | conceptual |" in ev_meta["by_kind"]
     checks = {e.check_name: e.passed for e in result.get_asset_check_evaluations()}
@@ -132,9 +134,9 @@ def test_whole_graph_for_hash_matches_the_library(resource):
         rows = dict(conn.execute(sql.SQL("SELECT pipeline, mrr FROM {} WHERE run_id = %s AND corpus = 'fixture'").format(
             sql.Identifier(resource.history_schema, "eval_runs")), (result.run_id,)).fetchall())
     assert {p: rows[p] for p in ev.metrics} == {p: m.mrr for p, m in ev.metrics.items()}
-    assert set(rows) == {*ev.metrics, "bm25:hybrid", "bm25:rerank", "bm25:mmr"}
-    assert ev_meta["bm25/mmr/mrr"] == round(rows["bm25:mmr"], 4)
-    assert ev_meta["best_pipeline"] in {f"{lexical}:{p}" for lexical in ("ts_rank_cd", "bm25") for p in ev.metrics}
+    assert set(rows) == {*ev.metrics, "seed:hybrid", "seed:rerank", "seed:mmr"}
+    assert ev_meta["seed/mmr/mrr"] == round(rows["seed:mmr"], 4)
+    assert ev_meta["best_pipeline"] in {f"{name}:{p}" for name in ("default", "seed") for p in ev.metrics}
 
 
 def test_the_diagnosis_reuses_eval_runs_traces(resource):
@@ -145,7 +147,7 @@ def test_the_diagnosis_reuses_eval_runs_traces(resource):
     ev = result.output_for_node("eval_run")
     report = result.output_for_node("failure_report")
     with resource.connect() as conn:
-        fresh = diagnose.diagnose(conn, Retriever(resource.schema("hash"), HashEmbedder(), LexicalReranker()),
+        fresh = diagnose.diagnose(conn, pipeline_lib.retriever(conn, resource.schema("hash"), HashEmbedder(), ev.params),
                                   golden.load_golden(CORPUS / "golden.yaml"), ev.params)
     assert [(d.query.query_id, d.failure, d.ranks) for d in report.misses] == [(d.query.query_id, d.failure, d.ranks) for d in fresh]
 

@@ -85,14 +85,18 @@ def write_cranfield(root: Path, docs: str = DOCS, queries: str = QUERIES, qrels:
 
 
 def test_cranfield_fixture_documents(tmp_path):
-    bench = datasets.load_cranfield(write_cranfield(tmp_path / "cran"))
+    bench = datasets.load_cranfield(write_cranfield(tmp_path / "cran"), strip_title=True)
     assert [d.doc_id for d in bench.documents] == ["1", "2", "3"]
     first = bench.documents[0]
     assert first.title == "flow past a flat plate ."
-    # the repeated title is dropped from the abstract; indented lines open paragraphs
+    # strip_title drops the abstract's repeat of the title; indented lines open paragraphs
     assert first.text == (
         "# flow past a flat plate .\n\nthe boundary layer on a flat plate is computed .\n\nresults agree with experiment ."
     )
+    # as distributed (the default): the abstract keeps its first line, the title again
+    distributed = datasets.load_cranfield(write_cranfield(tmp_path / "cran2")).documents[0]
+    assert distributed.text.startswith("# flow past a flat plate .\n\nflow past a flat plate")
+    assert distributed.text.endswith("results agree with experiment .")
     # a stray field marker after .W: its text stays in the abstract, the marker line is dropped
     assert bench.documents[1].text.endswith("composite slabs conduct heat . this line lost its field marker .")
     assert ".A" not in bench.documents[1].text
@@ -225,7 +229,11 @@ def test_real_cranfield_counts_and_ids(cranfield):
     assert rel["3"] == {"5", "6", "90", "91", "119", "144", "181", "399"}
     docs = {d.doc_id: d for d in cranfield.documents}
     assert "heat conduction into a double-layer slab" in docs["5"].title
-    assert docs["1"].text.startswith("# experimental investigation of the aerodynamics of a wing in a slipstream .\n\nan experimental study")
+    title = "experimental investigation of the aerodynamics of a wing in a slipstream ."
+    assert docs["1"].text.startswith(f"# {title}\n\n{title}")  # as distributed: the abstract repeats the title
+    stripped = {d.doc_id: d for d in datasets.load_cranfield(CRANFIELD, strip_title=True).documents}
+    assert stripped["1"].text.startswith(f"# {title}\n\nan experimental study")
+    assert sum(stripped[i].text != docs[i].text for i in docs) == 1396  # 4 abstracts do not repeat their title
     assert all(doc in docs for judged in cranfield.qrels.values() for doc in judged)
 
 

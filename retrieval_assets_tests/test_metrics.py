@@ -126,7 +126,7 @@ def test_cli_report_failures_and_json(pg_dsn, tmp_path, capsys, evaluation, conn
     args = ["evaluate", "--corpus", str(CORPUS), "--k", "10", "--dsn", pg_dsn]
     assert cli.main(args + ["--json", str(out)]) == 0
     printed = capsys.readouterr().out
-    assert "fused recall@50" in printed and "+ BM25 rerank" in printed and printed.count("conceptual") == 3
+    assert "fused recall@50" in printed and "+ rerank" in printed and printed.count("conceptual") == 3
     data = json.loads(out.read_text())
     assert data["pipelines"]["mmr"]["mrr"] == pytest.approx(evaluation.metrics["mmr"].mrr)
     # the command line indexed into its own (here: prefixed) schema
@@ -143,7 +143,7 @@ def test_cli_report_failures_and_json(pg_dsn, tmp_path, capsys, evaluation, conn
     printed = capsys.readouterr().out
     data = json.loads(printed[printed.index("\n{") + 1:])
     assert data["params"]["lexical"] == "bm25" and data["params"]["mmr_lambda"] == 0.5
-    assert "lexical list bm25" in printed
+    assert "bm25 list" in printed and "MMR 0.5" in printed
 
 
 @pytest.mark.parametrize(
@@ -155,6 +155,10 @@ def test_cli_report_failures_and_json(pg_dsn, tmp_path, capsys, evaluation, conn
         (["--mmr-lambda", "2"], "mmr_lambda must be within [0, 1]"),
         (["--embedder", "word2vec"], "invalid choice"),
         (["--lexical", "tfidf"], "invalid choice"),
+        (["--pipeline", "best"], "unknown pipeline 'best' (known: default, seed)"),
+        (["--vector-weight", "1.5"], "weights must be two numbers within [0, 1]"),
+        (["--rerank-weight", "-1"], "rerank_weight must be a number within [0, 1]"),
+        (["--fusion", "max"], "invalid choice"),
     ],
 )
 def test_cli_bad_arguments_exit_2_with_one_line(args, message, capsys, pg_dsn, cli_schemas):

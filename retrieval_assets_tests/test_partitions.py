@@ -81,7 +81,7 @@ def test_retrieval_params_defaults():
     assert (p.k, p.n, p.rrf_k, p.weights, p.lexical, p.mmr_lambda) == (10, 50, 60, (1.0, 1.0), "ts_rank_cd", 0.7)
     assert p.rerank is True and p.ef_search is None
     assert DEFAULT == p and LEXICAL == ("ts_rank_cd", "bm25")
-    assert RetrievalParams(weights=[2, 0]).weights == (2.0, 0.0)  # stored as a tuple of floats
+    assert RetrievalParams(weights=[1, 0]).weights == (1.0, 0.0)  # stored as a tuple of floats
     assert RetrievalParams(mmr_lambda=None).mmr_lambda is None
     assert RetrievalParams(ef_search=EF_SEARCH_MAX).ef_search == EF_SEARCH_MAX
 
@@ -105,7 +105,12 @@ def test_retrieval_params_are_frozen_and_with_validates():
         ({"n": 5}, "n"),
         ({"weights": (1.0, 1.0, 1.0)}, "weights"),
         ({"weights": (1.0, -0.5)}, "weights"),
+        ({"weights": (1.5, 1.0)}, "weights"),
+        ({"weights": (0, 0)}, "weights"),
         ({"lexical": "x"}, "lexical"),
+        ({"fusion": "sum"}, "fusion"),
+        ({"rerank_weight": 1.2}, "rerank_weight"),
+        ({"rerank_weight": -0.1}, "rerank_weight"),
         ({"mmr_lambda": 1.5}, "mmr_lambda"),
         ({"ef_search": 0}, "ef_search"),
     ],
@@ -114,3 +119,5 @@ def test_bad_retrieval_params_name_the_field(changes, field):
     with pytest.raises(ValueError) as info:
         RetrievalParams(**changes)
     assert re.match(rf"{field}\b", str(info.value)), str(info.value)
+    value = changes[field]
+    assert repr(tuple(value) if isinstance(value, tuple) else value) in str(info.value) or repr(value) in str(info.value)

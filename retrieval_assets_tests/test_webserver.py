@@ -79,7 +79,7 @@ def webserver(pg_dsn):
 def test_the_main_command_prints_the_summary_not_debug_events(webserver):
     _, output, _ = webserver
     assert "DEBUG" not in output and "Telemetry" not in output and "Warning" not in output
-    assert "eval_run hash (corpus fixture, 48 queries): ts_rank_cd:mmr recall@10" in output
+    assert "eval_run hash (corpus fixture, 48 queries): default pipeline recall@10" in output
     assert "RETRIEVAL_ANALYSIS.md" in output
 
 
@@ -117,7 +117,7 @@ def test_graphql_shows_the_latest_eval_run_metadata(webserver):
     entries = {e["label"]: e for e in event["metadataEntries"]}
     assert list(entries)[:3] == ["recall@k", "mrr", "ndcg@k"]
     assert 0.0 < entries["mrr"]["floatValue"] <= 1.0
-    assert entries["recall@k"]["floatValue"] >= 0.85 and entries["ts_rank_cd/mmr/recall@k"]["floatValue"] == entries["recall@k"]["floatValue"]
+    assert entries["recall@k"]["floatValue"] >= 0.85 and entries["default/mmr/recall@k"]["floatValue"] == entries["recall@k"]["floatValue"]
     assert "| mmr | conceptual |" in entries["by_kind"]["mdStr"]
 
 

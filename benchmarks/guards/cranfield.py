@@ -31,6 +31,7 @@ import numpy as np
 
 from benchmarks import common
 from retrieval_assets import benchmark_eval, datasets, partitions, pg
+from retrieval_assets.params import DEFAULT
 from retrieval_assets.tables import statement
 
 DEFAULT_DATA = datasets.DEFAULT_CRANFIELD  # $CRANFIELD_DIR, else ../shared/benchmarks/cranfield
@@ -90,15 +91,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--depth", type=int, default=100, help="documents per ranked list (recall cut-off)")
     parser.add_argument("--n", type=int, default=benchmark_eval.CRANFIELD.n, help="chunks per first-stage list and in the fused pool")
     parser.add_argument("--mmr-lambda", type=float, default=benchmark_eval.CRANFIELD.mmr_lambda)
-    parser.add_argument("--schema-prefix", default="", help="before each scratch schema name bench_cranfield_<embedder>")
+    parser.add_argument("--schema-prefix", default=None, help="before each scratch schema name bench_cranfield_<embedder> "
+                        "(default: none, 'stripped_' with --strip-title)")
+    parser.add_argument("--strip-title", action="store_true", help="drop the abstract's repeat of the title (the text is "
+                        "otherwise as distributed, what standard baselines index)")
     parser.add_argument("--fresh", action="store_true", help="drop each scratch table first (re-embeds everything)")
     parser.add_argument("--dsn", default=None, help="Postgres DSN (default: $RETRIEVAL_DSN, else the embedded server)")
     parser.add_argument("--out", default=str(DEFAULT_OUT), help="Markdown report path ('-': print only)")
     args = parser.parse_args(argv)
     log = lambda msg: print(msg, file=sys.stderr, flush=True)  # noqa: E731
+    if args.schema_prefix is None:
+        args.schema_prefix = "stripped_" if args.strip_title else ""
 
     try:
-        bench = datasets.load_cranfield(args.data)
+        bench = datasets.load_cranfield(args.data, strip_title=args.strip_title)
     except datasets.DatasetError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -134,6 +140,8 @@ def main(argv: list[str] | None = None) -> int:
                          f"in schema {schema}; sync {index_s:.1f} s ({report.embedded} texts embedded, {report.unchanged} unchanged)")
             log(notes[-1])
             rankers = benchmark_eval.our_rankers(conn, schema, embedder, chunks, params=params, depth=args.depth)
+            rankers["default pipeline"] = benchmark_eval.params_ranker(conn, schema, embedder, chunks,
+                                                                       DEFAULT.with_(k=args.n, n=args.n), depth=args.depth)
             scores = benchmark_eval.evaluate_rankers(bench, rankers, k=args.k, depth=args.depth, progress=lambda m, key=key: log(f"  {key}: {m}"))
             recall = hnsw_recall(conn, schema, embedder, list(bench.queries.values()))
             notes.append(f"{key}: HNSW recall@10 against exact search on the {len(bench.queries)} queries (index forced): "
@@ -156,7 +164,8 @@ def main(argv: list[str] | None = None) -> int:
     mean, lo, hi, wins, losses = paired_difference(best[1], peer_row)
     verdict = ("beats the peer" if lo > 0 else "does NOT beat the peer" if hi < 0
                else "is level with the peer: the interval straddles zero")
-    command = "uv run python -m benchmarks.guards.cranfield" + (f" --embedders {' '.join(args.embedders)}" if args.embedders != ["hash", "minilm"] else "")
+    command = ("uv run python -m benchmarks.guards.cranfield" + (f" --embedders {' '.join(args.embedders)}" if args.embedders != ["hash", "minilm"] else "")
+               + (" --strip-title" if args.strip_title else ""))
     text = "\n".join([
         "# Cranfield 1400: our pipelines against a BM25 peer",
         "",
@@ -164,7 +173,9 @@ def main(argv: list[str] | None = None) -> int:
         f"total run {time.perf_counter() - started:.0f} s; code {common.code_version()}.",
         f"Reproduce: `{command}` (data read in place from `../shared/benchmarks/cranfield`; `--data` for another folder).",
         "",
-        f"{len(bench.documents)} documents (title + abstract), {len(judged)} queries, "
+        f"{len(bench.documents)} documents (title + abstract, "
+        + ("the abstract's repeat of the title removed" if args.strip_title else "as distributed: the abstract repeats the title")
+        + f"), {len(judged)} queries, "
         f"{sum(map(len, judged.values()))} relevant judgements (cranqrel codes 1..4; the -1 lines are not relevant), binary relevance; "
         f"every ranker is scored on all {len(judged)} queries. The CI column: paired per-query difference, 10,000 bootstrap resamples. "
         f"nDCG@{args.k}; recall@{args.depth}; MRR = reciprocal rank of the first relevant document in the whole list "
@@ -173,7 +184,8 @@ def main(argv: list[str] | None = None) -> int:
         table,
         "",
         "Rankers: `vector` = pgvector cosine search (`hybrid.vector_search`); `ts_rank_cd` = the seed's full-text list (`hybrid.text_search`); `bm25` = BM25 "
-        "inside Postgres over the chunks (`bm25.bm25_search`); `hybrid(x)` = RRF of vector and x; `+ rerank` = the BM25 "
+        "inside Postgres over the chunks (`bm25.bm25_search`); `hybrid(x)` = RRF of vector and x; `default pipeline` = "
+        f"`params.DEFAULT` ({DEFAULT.describe()}), chosen by cross-validation in benchmarks/results/quality.md; `+ rerank` = the BM25 "
         "`LexicalReranker` over the whole fused pool (idf from the pool with ts_rank_cd, from every chunk with bm25, the "
         "pairing `eval_run` uses); `+ MMR` = MMR (lambda "
         f"{args.mmr_lambda}) over the whole reranked pool; `bm25s` = the peer (k1 1.2, b 0.75, English stop words, "

@@ -6,12 +6,10 @@ import time
 
 import dagster as dg
 
-from retrieval_assets import answer, claude, partitions
+from retrieval_assets import answer, claude, partitions, pipeline
 from retrieval_assets.citations import invalid_citations
 from retrieval_assets.defs.partitions import embedders
 from retrieval_assets.defs.resources import CorpusResource, PostgresResource
-from retrieval_assets.pipeline import Retriever
-from retrieval_assets.rerank import LexicalReranker
 
 # One golden query per kind (fixtures/corpus/golden.yaml): q03 factual, q28 conceptual, q41
 # lexical. On the hash index each clears answer.SUPPORT_FLOOR with an anchor chunk ranked first.
@@ -64,13 +62,13 @@ def answers(context: dg.AssetExecutionContext, config: AnswersConfig, postgres: 
     if not config.questions or any(not q.strip() for q in config.questions):
         raise dg.Failure("questions must be a non-empty list of non-empty strings")
     key = context.partition_key
-    retriever = Retriever(postgres.schema(key, corpus=corpus.key), partitions.embedder(key), LexicalReranker())
     params = answer.SOURCES.with_(k=config.top_k)
     meta: dict = {"answerer": config.answerer, "model": (config.model or claude.MODEL) if config.answerer == "claude" else "none",
                   "support_floor": answer.SUPPORT_FLOOR, "questions": len(config.questions)}
     rows = ["| # | question | answer | cited | uncited claims | refused | cost (USD) |", "|---|---|---|---|---|---|---|"]
     total, refused, start = 0.0, 0, time.perf_counter()
     with postgres.connect() as conn:
+        retriever = pipeline.retriever(conn, postgres.schema(key, corpus=corpus.key), partitions.embedder(key), params)
         for i, question in enumerate(config.questions, 1):
             found = answer.sources(conn, retriever, question, params)
             chunks, scores = [c for c, _ in found], [s for _, s in found]

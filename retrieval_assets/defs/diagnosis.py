@@ -5,12 +5,11 @@ from pathlib import Path
 
 import dagster as dg
 
-from retrieval_assets import diagnose, partitions
+from retrieval_assets import diagnose, partitions, pipeline
 from retrieval_assets.defs.partitions import embedders
 from retrieval_assets.defs.resources import CorpusResource, PostgresResource, user_errors
 from retrieval_assets.evaluation import Evaluation
 from retrieval_assets.pipeline import Retriever
-from retrieval_assets.rerank import LexicalReranker
 from retrieval_assets.types import Chunk, Document, GoldenQuery
 
 
@@ -61,7 +60,7 @@ def what_ifs(context: dg.AssetExecutionContext, postgres: PostgresResource, corp
     if failure_report is None or eval_run is None:
         return dg.MaterializeResult(metadata={"status": "nothing to evaluate: the corpus has no golden queries"})
     with user_errors(f"what_ifs {key}"), postgres.connect() as conn:
-        retriever = Retriever(postgres.schema(key, corpus=corpus.key), partitions.embedder(key), LexicalReranker())
+        retriever = pipeline.retriever(conn, postgres.schema(key, corpus=corpus.key), partitions.embedder(key), eval_run.params)
         other = "minilm" if key != "minilm" else "hash"
         others = {other: Retriever(postgres.schema(other, corpus=corpus.key), partitions.embedder(other), retriever.reranker)
                   if partitions.get(other).available() else None}

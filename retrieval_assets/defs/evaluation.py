@@ -4,25 +4,28 @@ import hashlib
 
 import dagster as dg
 
-from retrieval_assets import evaluation, history, partitions, regression
+from retrieval_assets import evaluation, history, params, partitions, pipeline, regression
 from retrieval_assets.defs.partitions import embedders
 from retrieval_assets.defs.resources import CorpusResource, PostgresResource, user_errors
 from retrieval_assets.params import DEFAULT
-from retrieval_assets.pipeline import Retriever
-from retrieval_assets.rerank import CorpusStats, LexicalReranker
 from retrieval_assets.types import Chunk, Document, GoldenQuery
 
-EVAL_VERSION = "2"  # the eval_run asset's code_version, recorded with every history row
-DEFAULT_LEXICAL, DEFAULT_PIPELINE = "ts_rank_cd", "mmr"  # what the floors judge and the headline reports
+EVAL_VERSION = "3"  # the eval_run asset's code_version, recorded with every history row
+DEFAULT_PIPELINE = "mmr"  # the default pipeline's final list: what the floors judge and the headline reports
 HEADLINE = {"recall@k": "recall_at_k", "mrr": "mrr", "ndcg@k": "ndcg_at_k"}
 
 
 class EvalConfig(dg.Config):
+    """The default pipeline's parameters (overrides of ``params.DEFAULT``) and the named pipelines evaluated beside it."""
+
     k: int = DEFAULT.k
     n: int = DEFAULT.n
-    mmr_lambda: float = DEFAULT.mmr_lambda
-    vector_weight: float = DEFAULT.weights[0]  # RRF weight of the vector list
-    lexical_weight: float = DEFAULT.weights[1]  # RRF weight of the lexical list
+    fusion: str = DEFAULT.fusion  # rrf, minmax or zscore
+    vector_weight: float = DEFAULT.weights[0]  # fusion weight of the vector list, within [0, 1]
+    lexical_weight: float = DEFAULT.weights[1]  # fusion weight of the lexical list, within [0, 1]
+    rerank_weight: float = DEFAULT.rerank_weight  # the reranker's share of the rerank score, within [0, 1]
+    mmr_lambda: float | None = DEFAULT.mmr_lambda  # None: no MMR
+    compare: list[str] = ["seed"]  # named pipelines (params.PIPELINES) also evaluated and recorded as <name>:<stage>
     max_drop: float = 0.02  # no_regression fails when mean nDCG@k drops more than this and the 95% interval excludes 0
     min_recall: float | None = None  # None: the partition's measured floor (fixture corpus only)
     min_mrr: float | None = None
@@ -61,20 +64,20 @@ def _r(value: float) -> float:
 
 
 def _grouped_metadata(evaluations: dict[str, evaluation.Evaluation]) -> dict:
-    """``<lexical>/<pipeline>/<metric>`` for every pipeline, then the pool and latency figures."""
+    """``<pipeline>/<stage>/<metric>`` for every named pipeline and stage, then the pool and latency figures."""
     out: dict = {}
-    for lexical, ev in evaluations.items():
-        for pipeline, m in ev.metrics.items():
-            out.update({f"{lexical}/{pipeline}/recall@k": _r(m.recall_at_k), f"{lexical}/{pipeline}/precision@k": _r(m.precision_at_k),
-                        f"{lexical}/{pipeline}/mrr": _r(m.mrr), f"{lexical}/{pipeline}/ndcg@k": _r(m.ndcg_at_k)})
-    for lexical, ev in evaluations.items():
-        out.update({f"{lexical}/fused_recall@n": _r(ev.pool_recall), f"{lexical}/latency_p50_ms": round(ev.latency_ms["p50"], 2),
-                    f"{lexical}/latency_p95_ms": round(ev.latency_ms["p95"], 2)})
+    for name, ev in evaluations.items():
+        for stage, m in ev.metrics.items():
+            out.update({f"{name}/{stage}/recall@k": _r(m.recall_at_k), f"{name}/{stage}/precision@k": _r(m.precision_at_k),
+                        f"{name}/{stage}/mrr": _r(m.mrr), f"{name}/{stage}/ndcg@k": _r(m.ndcg_at_k)})
+    for name, ev in evaluations.items():
+        out.update({f"{name}/fused_recall@n": _r(ev.pool_recall), f"{name}/latency_p50_ms": round(ev.latency_ms["p50"], 2),
+                    f"{name}/latency_p95_ms": round(ev.latency_ms["p95"], 2)})
     return out
 
 
 def _by_kind_table(evaluations: dict[str, evaluation.Evaluation]) -> str:
-    rows = ["| lexical list | pipeline | kind | queries | recall@k | precision@k | MRR | nDCG@k |", "|---|---|---|---|---|---|---|---|"]
+    rows = ["| pipeline | stage | kind | queries | recall@k | precision@k | MRR | nDCG@k |", "|---|---|---|---|---|---|---|---|"]
     for variant, ev in evaluations.items():
         for pipeline, m in ev.metrics.items():
             for kind, row in [("all", m), *m.by_kind.items()]:
@@ -98,9 +101,10 @@ def _floors(config: EvalConfig, key: str, corpus: CorpusResource) -> dict[str, f
     group_name="retrieval",
     deps=["chunk_index"],
     code_version=EVAL_VERSION,
-    description="Golden-set evaluation of hybrid, + BM25 rerank and + MMR, with the seed's ts_rank_cd lexical list "
-    "and with BM25 inside Postgres (+ corpus-level idf in the reranker); appended to the eval_runs history. "
-    "Headline metadata: the default pipeline (ts_rank_cd list + rerank + MMR).",
+    description="Golden-set evaluation of the default pipeline (params.DEFAULT, chosen by cross-validation: "
+    "benchmarks/results/quality.md) and of the named pipelines in config.compare (the seed's by default), each at its "
+    "stages hybrid, rerank and mmr (the final list); appended to the eval_runs history. Headline metadata: the default "
+    "pipeline's final list.",
     check_specs=[
         dg.AssetCheckSpec("quality_floors", asset="eval_run", blocking=True, partitions_def=embedders,
                           description="recall@k, MRR and nDCG@k of the default pipeline stay above the partition's floors "
@@ -122,39 +126,38 @@ def eval_run(context: dg.AssetExecutionContext, config: EvalConfig, postgres: Po
         yield dg.AssetCheckResult(check_name="no_regression", passed=True, metadata={"reason": status})
         return
     try:
-        params = DEFAULT.with_(k=config.k, n=config.n, mmr_lambda=config.mmr_lambda, weights=(config.vector_weight, config.lexical_weight))
+        variants = {"default": DEFAULT.with_(k=config.k, n=config.n, fusion=config.fusion, rerank_weight=config.rerank_weight,
+                                             mmr_lambda=config.mmr_lambda, weights=(config.vector_weight, config.lexical_weight))}
+        variants.update({name: params.named(name).with_(k=config.k, n=config.n) for name in config.compare if name != "default"})
     except ValueError as exc:
         raise dg.Failure(description=f"eval_run config: {exc}") from None
-    variants = {
-        "ts_rank_cd": LexicalReranker(),
-        "bm25": LexicalReranker(corpus=CorpusStats.from_texts([c.text for c in chunks])),
-    }
     evaluations = {}
     with user_errors(f"eval_run {key}"), postgres.connect() as conn:
         embedder = partitions.embedder(key)
-        for lexical, reranker in variants.items():
-            retriever = Retriever(postgres.schema(key, corpus=corpus.key), embedder, reranker)
-            evaluations[lexical] = evaluation.evaluate_pipelines(conn, retriever, golden_queries, params.with_(lexical=lexical),
-                                                                 progress=context.log.info)
-        for lexical, ev in evaluations.items():
+        schema = postgres.schema(key, corpus=corpus.key)
+        for name, variant in variants.items():
+            context.log.info(f"eval_run {key}: pipeline {name}: {variant.describe()}")
+            evaluations[name] = evaluation.evaluate_pipelines(conn, pipeline.retriever(conn, schema, embedder, variant),
+                                                              golden_queries, variant, progress=context.log.info)
+        for name, ev in evaluations.items():
             history.record_run(conn, postgres.history_schema, ev, run_id=context.run.run_id, partition=key, embedder=embedder.name,
                                corpus_hash=_corpus_hash(chunks), code_version=EVAL_VERSION, corpus=corpus.key,
-                               variant="" if lexical == DEFAULT_LEXICAL else f"{lexical}:",
+                               variant="" if name == "default" else f"{name}:",
                                doc_hashes=_doc_hashes(golden_queries, documents))
         no_regression = _regression_check(conn, postgres, context.run.run_id, key, corpus.key, config.max_drop)
-    ev = evaluations[DEFAULT_LEXICAL]
+    ev = evaluations["default"]
     head = ev.metrics[DEFAULT_PIPELINE]
-    scored = {f"{lexical}:{p}": m.ndcg_at_k for lexical, e in evaluations.items() for p, m in e.metrics.items()}
+    scored = {f"{name}:{p}": m.ndcg_at_k for name, e in evaluations.items() for p, m in e.metrics.items()}
     best = max(scored, key=scored.get)
     floors = _floors(config, key, corpus)
     below = {name: _r(getattr(head, name)) for name, floor in floors.items() if getattr(head, name) < floor}
     context.log.info(
-        f"eval_run {key} (corpus {corpus.key}, {len(golden_queries)} queries): {DEFAULT_LEXICAL}:{DEFAULT_PIPELINE} "
+        f"eval_run {key} (corpus {corpus.key}, {len(golden_queries)} queries): default pipeline "
         f"recall@{ev.k} {head.recall_at_k:.4f}, MRR {head.mrr:.4f}, nDCG@{ev.k} {head.ndcg_at_k:.4f}; "
         f"best pipeline {best} (nDCG@{ev.k} {scored[best]:.4f}); history in {postgres.history_schema}.eval_runs")
     metadata = {
         **{label: _r(getattr(head, field)) for label, field in HEADLINE.items()},
-        "pipeline": f"{DEFAULT_LEXICAL}:{DEFAULT_PIPELINE}", "queries": len(golden_queries), "k": ev.k, "n": ev.n,
+        "pipeline": ev.params.describe(), "queries": len(golden_queries), "k": ev.k, "n": ev.n,
         "corpus": corpus.key, "best_pipeline": best, "best_ndcg@k": _r(scored[best]),
         **_grouped_metadata(evaluations),
         "by_kind": dg.MetadataValue.md(_by_kind_table(evaluations)),
@@ -214,7 +217,7 @@ def eval_trend(context: dg.AssetExecutionContext, postgres: PostgresResource, co
     meta: dict = {"runs": len(rows), "corpus": corpus.key, "table": dg.MetadataValue.md(trend.table(rows))}
     if rows:
         path = trend.plot(rows, corpus.report_path("trend").with_name("eval_trend.png"),
-                          f"corpus {corpus.key}: {DEFAULT_LEXICAL}:{DEFAULT_PIPELINE}")
+                          f"corpus {corpus.key}: the default pipeline")
         image = base64.b64encode(path.read_bytes()).decode()
         meta.update(plot=dg.MetadataValue.md(f"![eval trend](data:image/png;base64,{image})"), path=dg.MetadataValue.path(str(path)))
         context.log.info(f"eval_trend (corpus {corpus.key}): {len(rows)} runs plotted in {path}")

@@ -1,0 +1,218 @@
+"""Retrieval quality by cross-validation: fusion, rerank and MMR chosen on training folds only.
+
+Run (from the project root; Cranfield is read in place from ../shared/benchmarks/cranfield):
+
+    uv run python -m benchmarks.guards.quality                  # hash and minilm, a few minutes once indexed
+    uv run python -m benchmarks.guards.quality --embedders hash --out -
+
+Settings: Cranfield as distributed (title + abstract as the file has them; 225 queries, 5
+folds) and the fixture's golden set (48 queries, 4 folds), each with every embedder. The
+candidates (``STAGES``): first stage = lexical list x fusion (RRF, min-max, z-score) x vector
+weight 0..1; then the rerank stage (BM25 with the pool's or the corpus's idf, blended with the
+fused score, weight 0.1..1); then MMR (lambda 0.5, 0.7, 0.9). ``crossval.choose`` keeps a later stage only when it
+raises the training nDCG@10 on every dataset. Reported: held-out nDCG@10 (mean over the
+folds' held-out queries, 95% bootstrap interval), for (a) the rule fitted per setting and
+(b) the rule fitted jointly on both datasets (the default: trained on the other folds of the
+held-out dataset plus all of the other dataset), the bm25s peer computed in the same run, and
+the unfitted seed pipeline. The joint rule on all queries gives the default pipeline, printed
+at the end (``params.DEFAULT`` holds what this printed; the README says when).
+Writes benchmarks/results/quality.md (``--out``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+from benchmarks import common
+from benchmarks.guards.cranfield import machine, paired_difference
+from retrieval_assets import benchmark_eval, crossval, datasets, golden, partitions, pg, pipeline, store
+from retrieval_assets.metrics import ndcg_at_k, recall_at_k
+from retrieval_assets.params import FUSION, LEXICAL, RERANK_IDF, SEED, RetrievalParams
+from retrieval_assets.rerank import CorpusStats, LexicalReranker
+
+DEFAULT_OUT = common.RESULTS / "quality.md"
+ALPHAS = tuple(round(a, 1) for a in np.linspace(0, 1, 11))
+BASE = crossval.config(rerank=False, mmr_lambda=None)
+
+
+def first_stages(_current: crossval.Config) -> list[crossval.Config]:
+    return [crossval.merged(BASE, crossval.config(lexical=lex, fusion=f, weights=(a, round(1 - a, 1))))
+            for lex in LEXICAL for f in FUSION for a in ALPHAS]
+
+
+def rerank_stage(_current: crossval.Config) -> list[crossval.Config]:
+    return [crossval.config(rerank=True, rerank_weight=w, rerank_idf=idf) for idf in RERANK_IDF for w in ALPHAS[1:]]
+
+
+def mmr_stage(current: crossval.Config) -> list[crossval.Config]:
+    off = {} if dict(current).get("rerank") else {"rerank": True, "rerank_weight": 0.0}
+    return [crossval.config(mmr_lambda=lam, **off) for lam in (0.5, 0.7, 0.9)]
+
+
+STAGES = (first_stages, rerank_stage, mmr_stage)
+SEED_CONFIG = crossval.config(**{f: getattr(SEED, f) for f in ("lexical", "fusion", "weights", "rerank", "rerank_weight",
+                                                                "rerank_idf", "mmr_lambda")})
+
+
+class Scorer:
+    """Per-query nDCG@k of a config over one indexed setting: first-stage lists and pool rows fetched once."""
+
+    def __init__(self, conn, schema: str, embedder, chunks, queries: list[str], relevant: list[set[str]], base: RetrievalParams,
+                 *, chunk_doc: dict[str, str] | None = None, k: int = 10, depth: int = 100):
+        self.conn, self.schema, self.embedder, self.queries, self.relevant = conn, schema, embedder, queries, relevant
+        self.base, self.chunk_doc, self.k, self.depth = base, chunk_doc, k, depth
+        stats = CorpusStats.from_texts([c.text for c in chunks])
+        self.retrievers = {"corpus": pipeline.Retriever(schema, embedder, LexicalReranker(corpus=stats)),
+                           "pool": pipeline.Retriever(schema, embedder, LexicalReranker())}
+        self.traces: dict[tuple[int, str], pipeline.Trace] = {}
+        self.rows: dict = {}
+
+    def ranked(self, cfg: crossval.Config, i: int) -> list[str]:
+        params = self.base.with_(**dict(cfg))
+        key = (i, params.lexical)
+        trace = pipeline.run(self.conn, self.retrievers[params.rerank_idf], self.queries[i], params,
+                             first_stage=self.traces.get(key), rows=self.rows)
+        self.traces.setdefault(key, trace)
+        ids = [r.chunk_id for r in trace.final]
+        return benchmark_eval.to_documents(ids, self.chunk_doc, self.depth) if self.chunk_doc else ids
+
+    def ndcg(self, cfg: crossval.Config) -> np.ndarray:
+        return np.array([ndcg_at_k(self.ranked(cfg, i), rel, self.k) for i, rel in enumerate(self.relevant)])
+
+    def recall(self, cfg: crossval.Config, depth: int) -> np.ndarray:
+        return np.array([recall_at_k(self.ranked(cfg, i), rel, depth) for i, rel in enumerate(self.relevant)])
+
+
+def describe(cfg: crossval.Config) -> str:
+    v = dict(cfg)
+    parts = [f"{v['lexical']} {v['fusion']} w_vec={v['weights'][0]:g}"]
+    if v.get("rerank") and v.get("rerank_weight", 1.0) > 0:
+        parts.append(f"rerank({v.get('rerank_idf', 'pool')} idf) w={v['rerank_weight']:g}")
+    if v.get("mmr_lambda") is not None:
+        parts.append(f"MMR {v['mmr_lambda']:g}")
+    return " + ".join(parts)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--data", default=str(datasets.DEFAULT_CRANFIELD))
+    parser.add_argument("--embedders", nargs="+", default=["hash", "minilm"])
+    parser.add_argument("--cranfield-folds", type=int, default=5)
+    parser.add_argument("--golden-folds", type=int, default=4)
+    parser.add_argument("--dsn", default=None)
+    parser.add_argument("--out", default=str(DEFAULT_OUT), help="Markdown report path ('-': print only)")
+    args = parser.parse_args(argv)
+    log = lambda msg: print(msg, file=sys.stderr, flush=True)  # noqa: E731
+    started = time.perf_counter()
+
+    bench = datasets.load_cranfield(args.data)
+    rel = bench.relevant()
+    qids = [q for q in bench.queries if q in rel]
+    peer_rank = benchmark_eval.bm25s_ranker(bench.documents, depth=100)
+    peer_runs = [peer_rank(bench.queries[q]) for q in qids]
+    peer_ndcg = np.array([ndcg_at_k(r, rel[q], 10) for r, q in zip(peer_runs, qids)])
+    peer_recall = np.array([recall_at_k(r, rel[q], 100) for r, q in zip(peer_runs, qids)])
+    documents, fixture_chunks, golden_set = common.fixture()
+
+    settings: list[crossval.Setting] = []
+    scorers: dict[tuple[str, str], Scorer] = {}
+    conn = pg.connect(args.dsn)
+    for key in args.embedders:
+        embedder = partitions.embedder(key)
+        schema = partitions.schema_name(key, "cranfield")
+        chunks, report = benchmark_eval.index_benchmark(conn, schema, bench, embedder)
+        log(f"cranfield/{key}: {len(chunks)} chunks in {schema} ({report})")
+        scorers["cranfield", key] = Scorer(conn, schema, embedder, chunks, [bench.queries[q] for q in qids], [rel[q] for q in qids],
+                                           benchmark_eval.CRANFIELD, chunk_doc={c.chunk_id: c.doc_id for c in chunks})
+        gschema = common.bench_schema("quality", key)
+        store.create(conn, gschema, embedder.dims)
+        log(f"golden/{key}: {store.sync(conn, gschema, fixture_chunks, embedder)} in {gschema}")
+        grel = golden.relevant_sets(conn, gschema, golden_set)
+        scorers["golden", key] = Scorer(conn, gschema, embedder, fixture_chunks, [q.query for q in golden_set],
+                                        [grel[q.query_id] for q in golden_set], SEED.with_(k=10, n=50))
+    for (dataset, key), scorer in scorers.items():
+        settings.append(crossval.Setting(dataset, key, scorer.ndcg))
+    sizes = {"cranfield": len(qids), "golden": len(golden_set)}
+    fold_sets = {"cranfield": crossval.folds(sizes["cranfield"], args.cranfield_folds),
+                 "golden": crossval.folds(sizes["golden"], args.golden_folds)}
+
+    lines = []
+    rows = []
+    for s in settings:
+        t = time.perf_counter()
+        own = crossval.cross_validate([s], STAGES, fold_sets, sizes)[s.embedder]
+        log(f"{s.dataset}/{s.embedder}: per-setting CV {own.mean:.3f} in {time.perf_counter() - t:.0f} s")
+        rows.append((s, "fitted on this setting", own))
+    joint = {}
+    for dataset in ("cranfield", "golden"):
+        t = time.perf_counter()
+        joint.update({(dataset, e): h for e, h in crossval.cross_validate(settings, STAGES, fold_sets, sizes, held_out=dataset).items()})
+        log(f"joint CV held out {dataset} in {time.perf_counter() - t:.0f} s")
+    everything = {d: np.arange(n) for d, n in sizes.items()}
+    default = crossval.choose(settings, STAGES, everything)
+    log(f"default (joint rule on all queries): {describe(default)}")
+
+    header = "| dataset | embedder | pipeline | nDCG@10 held out [95% CI] | / peer | fold choices |"
+    lines += [header, "|---|---|---|---:|---:|---|"]
+    if "cranfield" in sizes:
+        lo, hi = crossval.bootstrap_interval(peer_ndcg)
+        lines.append(f"| cranfield | peer | bm25s (no fitting) | {peer_ndcg.mean():.3f} [{lo:.3f}, {hi:.3f}] | 1.00 | |")
+    summary = []
+    for s in settings:
+        seed = s.score(SEED_CONFIG)
+        lo, hi = crossval.bootstrap_interval(seed)
+        ratio = lambda v: f"{v.mean() / peer_ndcg.mean():.2f}" if s.dataset == "cranfield" else ""  # noqa: E731
+        lines.append(f"| {s.dataset} | {s.embedder} | seed (no fitting): {describe(SEED_CONFIG)} | {seed.mean():.3f} [{lo:.3f}, {hi:.3f}] | {ratio(seed)} | |")
+        for held in [h for (t, label, h) in rows if t is s] + [joint[s.dataset, s.embedder]]:
+            label = "fitted on this setting" if held is not joint[s.dataset, s.embedder] else "default rule (fitted on both datasets)"
+            lo, hi = held.interval
+            picks = "; ".join(sorted({describe(p) for p in held.picks}))
+            lines.append(f"| {s.dataset} | {s.embedder} | {label} | {held.mean:.3f} [{lo:.3f}, {hi:.3f}] | {ratio(held.scores)} | {picks} |")
+        fixed = s.score(default)
+        summary.append(f"- {s.dataset}/{s.embedder}: the default on all queries {fixed.mean():.3f} (in-sample, for reference only)")
+    cran = [(e, joint["cranfield", e]) for e in args.embedders]
+    notes = []
+    for e, held in cran:
+        diff, lo, hi, wins, losses = paired_difference(
+            benchmark_eval.RankerScores("ours", len(qids), 0, 0, 0, 0, per_query={q: (v, 0, 0) for q, v in zip(qids, held.scores)}),
+            benchmark_eval.RankerScores("peer", len(qids), 0, 0, 0, 0, per_query={q: (v, 0, 0) for q, v in zip(qids, peer_ndcg)}))
+        notes.append(f"- cranfield/{e}, default rule held out: {held.mean:.3f} = {held.mean / peer_ndcg.mean():.2f}x the peer's "
+                     f"{peer_ndcg.mean():.3f}; paired difference {diff:+.3f} [{lo:+.3f}, {hi:+.3f}], better on {wins} queries, worse on {losses}")
+    for e in args.embedders:
+        rec = scorers["cranfield", e].recall(default, 100)
+        notes.append(f"- cranfield/{e}: recall@100 of the default pipeline {rec.mean():.3f} against the peer's {peer_recall.mean():.3f}")
+    text = "\n".join([
+        "# Retrieval quality, cross-validated",
+        "",
+        f"Measured {dt.datetime.now(dt.timezone.utc):%Y-%m-%d %H:%M} UTC on {machine()}; total run "
+        f"{time.perf_counter() - started:.0f} s; code {common.code_version()}.",
+        "Reproduce: `uv run python -m benchmarks.guards.quality`.",
+        "",
+        f"Folds: Cranfield {args.cranfield_folds} ({sizes['cranfield']} queries, distributed text), golden set "
+        f"{args.golden_folds} ({sizes['golden']} queries), shuffled with seed 0. nDCG@10 (Cranfield: documents, a document at "
+        "its best chunk; golden: chunks). Intervals: 95% bootstrap of the held-out mean, 10,000 resamples. "
+        "`/ peer`: against bm25s (k1 1.2, b 0.75, English stop words, PyStemmer) on the same text, same run.",
+        "",
+        *lines,
+        "",
+        *notes,
+        "",
+        f"Default pipeline (the joint rule on every query of both datasets): **{describe(default)}**.",
+        *summary,
+        "",
+    ])
+    print(text)
+    if args.out != "-":
+        Path(args.out).write_text(text)
+        log(f"wrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,128 @@
+"""Choosing pipeline parameters by k-fold cross-validation over queries.
+
+Contract: a *setting* is one (dataset, embedder) pair with a function ``config -> per-query
+scores`` (one float per query, the same query order every call; scores are memoised per
+config). ``choose`` applies the staged rule on training queries: the first stage takes its
+best candidate, and each later stage is kept only when its best candidate raises the mean
+training score on every dataset. ``cross_validate`` runs the rule once per fold, scores the
+held-out queries with the fold's choice, and reports their mean with a bootstrap interval:
+no reported figure comes from parameters fitted on the queries it is measured on.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+Config = tuple[tuple[str, object], ...]  # sorted (parameter, value) pairs
+
+
+def config(**values) -> Config:
+    return tuple(sorted(values.items()))
+
+
+def merged(base: Config, change: Config) -> Config:
+    return config(**{**dict(base), **dict(change)})
+
+
+def folds(n: int, k: int, *, seed: int = 0) -> list[np.ndarray]:
+    """``k`` disjoint, shuffled index arrays covering ``range(n)`` (``k == n``: leave-one-out)."""
+    if not 2 <= k <= n:
+        raise ValueError(f"folds: k must be within [2, {n}] for {n} queries, got {k}")
+    order = np.random.default_rng(seed).permutation(n)
+    return [np.sort(part) for part in np.array_split(order, k)]
+
+
+def bootstrap_interval(values: np.ndarray, *, resamples: int = 10_000, seed: int = 0) -> tuple[float, float]:
+    """95% percentile bootstrap interval of the mean of ``values``."""
+    values = np.asarray(values, dtype=np.float64)
+    means = values[np.random.default_rng(seed).integers(0, len(values), size=(resamples, len(values)))].mean(axis=1)
+    return float(np.quantile(means, 0.025)), float(np.quantile(means, 0.975))
+
+
+@dataclass
+class Setting:
+    """One dataset scored with one embedder: ``score(config)`` gives a float per query (memoised)."""
+
+    dataset: str
+    embedder: str
+    score_fn: Callable[[Config], np.ndarray] = field(repr=False)
+    _cache: dict[Config, np.ndarray] = field(default_factory=dict, repr=False)
+
+    def score(self, cfg: Config) -> np.ndarray:
+        if cfg not in self._cache:
+            self._cache[cfg] = np.asarray(self.score_fn(cfg), dtype=np.float64)
+        return self._cache[cfg]
+
+
+def choose(settings: Sequence[Setting], stages: Sequence[Callable[[Config], Sequence[Config]]],
+           train: Mapping[str, np.ndarray]) -> Config:
+    """The staged rule on the training queries (``train``: index array per dataset).
+
+    ``stages[0]`` lists first-stage candidates (it receives an empty config); each later stage
+    lists changes to the current choice and is kept only when its best candidate raises the
+    training mean on every dataset. The objective is the mean over datasets of the mean over
+    that dataset's settings of the training mean.
+    """
+    datasets = sorted({s.dataset for s in settings})
+
+    def per_dataset(cfg: Config) -> dict[str, float]:
+        return {d: float(np.mean([s.score(cfg)[train[d]].mean() for s in settings if s.dataset == d])) for d in datasets}
+
+    def objective(cfg: Config) -> float:
+        return float(np.mean(list(per_dataset(cfg).values())))
+
+    current = max(stages[0](config()), key=objective)
+    for stage in stages[1:]:
+        candidates = [merged(current, change) for change in stage(current)]
+        if not candidates:
+            continue
+        best = max(candidates, key=objective)
+        now, then = per_dataset(current), per_dataset(best)
+        if all(then[d] > now[d] for d in datasets):
+            current = best
+    return current
+
+
+@dataclass(frozen=True)
+class HeldOut:
+    """Held-out scores of one setting under a cross-validated rule."""
+
+    setting: Setting
+    scores: np.ndarray  # per query, each from its fold's choice
+    picks: tuple[Config, ...]  # the choice of each fold
+
+    @property
+    def mean(self) -> float:
+        return float(self.scores.mean())
+
+    @property
+    def interval(self) -> tuple[float, float]:
+        return bootstrap_interval(self.scores)
+
+
+def cross_validate(settings: Sequence[Setting], stages: Sequence[Callable[[Config], Sequence[Config]]],
+                   fold_sets: Mapping[str, Sequence[np.ndarray]], sizes: Mapping[str, int], *,
+                   held_out: str | None = None) -> dict[str, HeldOut]:
+    """Per setting of the ``held_out`` dataset (default: the only dataset), the held-out scores of the rule.
+
+    For fold i of that dataset the rule trains on its other folds plus every query of the other
+    datasets, and the fold's queries are scored with the choice.
+    """
+    datasets = sorted({s.dataset for s in settings})
+    target = held_out or (datasets[0] if len(datasets) == 1 else None)
+    if target is None:
+        raise ValueError(f"held_out must name one of the datasets: {', '.join(datasets)}")
+    mine = [s for s in settings if s.dataset == target]
+    scores = {s.embedder: np.zeros(sizes[target]) for s in mine}
+    picks = []
+    for test in fold_sets[target]:
+        train = {d: np.arange(sizes[d]) for d in datasets}
+        train[target] = np.setdiff1d(np.arange(sizes[target]), test)
+        pick = choose(settings, stages, train)
+        picks.append(pick)
+        for s in mine:
+            scores[s.embedder][test] = s.score(pick)[test]
+    return {s.embedder: HeldOut(s, scores[s.embedder], tuple(picks)) for s in mine}
