@@ -39,12 +39,13 @@ SOURCES = DEFAULT.with_(k=5)  # the retrieval of an answer's sources: the defaul
 
 def sources(conn: psycopg.Connection, retriever: Retriever, query: str, params: RetrievalParams = SOURCES) -> list[tuple[Chunk, float]]:
     """The pipeline's final chunks, in its order, each with its support: its BM25 score with the pool's idf
-    over the reranked pool (the seed reranker's score, what ``SUPPORT_FLOOR`` is calibrated on, whatever
-    the pipeline's own rerank blend)."""
+    over the pool (the seed reranker's score, what ``SUPPORT_FLOOR`` is calibrated on, whatever the
+    pipeline's own rerank blend; a pipeline without rerank fetches its fused pool here)."""
     t = pipeline.run(conn, retriever, query, params)
-    pool = list(t.chunks.values())
+    chunks = t.chunks or {cid: row[0] for cid, row in pipeline.fetch(conn, retriever.schema, [r.chunk_id for r in t.reranked]).items()}
+    pool = list(chunks.values())
     support = dict(zip([c.chunk_id for c in pool], LexicalReranker().scores(query, [c.text for c in pool]).tolist()))
-    return [(t.chunks[r.chunk_id], support[r.chunk_id]) for r in t.final if r.chunk_id in t.chunks]
+    return [(chunks[r.chunk_id], support[r.chunk_id]) for r in t.final if r.chunk_id in chunks]
 
 
 def supported(chunks: Sequence[Chunk], scores: Sequence[float] | None, *, min_support: int = 1, floor: float = SUPPORT_FLOOR) -> bool:

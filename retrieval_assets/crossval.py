@@ -62,8 +62,8 @@ def choose(settings: Sequence[Setting], stages: Sequence[Callable[[Config], Sequ
     """The staged rule on the training queries (``train``: index array per dataset).
 
     ``stages[0]`` lists first-stage candidates (it receives an empty config); each later stage
-    lists changes to the current choice and is kept only when its best candidate raises the
-    training mean on every dataset. The objective is the mean over datasets of the mean over
+    lists changes to the current choice, of which only those raising the training mean on every
+    dataset qualify, and the best of them is kept (none qualifying: the stage is skipped). The objective is the mean over datasets of the mean over
     that dataset's settings of the training mean.
     """
     datasets = sorted({s.dataset for s in settings})
@@ -76,13 +76,11 @@ def choose(settings: Sequence[Setting], stages: Sequence[Callable[[Config], Sequ
 
     current = max(stages[0](config()), key=objective)
     for stage in stages[1:]:
-        candidates = [merged(current, change) for change in stage(current)]
-        if not candidates:
-            continue
-        best = max(candidates, key=objective)
-        now, then = per_dataset(current), per_dataset(best)
-        if all(then[d] > now[d] for d in datasets):
-            current = best
+        now = per_dataset(current)
+        helping = [c for c in (merged(current, change) for change in stage(current))
+                   if all(score > now[d] for d, score in per_dataset(c).items())]
+        if helping:
+            current = max(helping, key=objective)
     return current
 
 

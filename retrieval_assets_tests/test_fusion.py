@@ -129,6 +129,13 @@ def test_choose_keeps_a_later_stage_only_when_it_helps_every_dataset():
     train = {"one": np.arange(3), "two": np.arange(2)}
     assert crossval.choose([one], stages, {"one": np.arange(3)}) == PLUS  # helps the only dataset
     assert crossval.choose([one, two], stages, train) == A  # helps one, hurts the other: dropped
+    # the stage's best overall (y=1) hurts dataset two; the smaller y=2 helps both and is kept
+    small = crossval.merged(A, crossval.config(y=2))
+    one._cache.clear(), two._cache.clear()
+    one.score_fn = lambda cfg: np.asarray({A: [1, 1, 1], B: [0, 0, 0], PLUS: [3, 3, 3], small: [1.2, 1.2, 1.2]}[cfg], dtype=float)
+    two.score_fn = lambda cfg: np.asarray({A: [1, 1], B: [0, 0], PLUS: [0.5, 0.5], small: [1.1, 1.1]}[cfg], dtype=float)
+    both = (stages[0], lambda current: [crossval.config(y=1), crossval.config(y=2)])
+    assert crossval.choose([one, two], both, train) == small
 
 
 def test_cross_validation_scores_each_fold_with_what_its_training_chose():

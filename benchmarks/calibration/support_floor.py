@@ -4,8 +4,8 @@ Run: uv run python -m benchmarks.calibration.support_floor [--dsn DSN] [--schema
 
 Indexes the fixture corpus with the hash partition's embedder (HashEmbedder(256)) into its own
 schema (default ``bench_support_floor_hash``, common.bench_schema; store.sync, so a re-run
-changes nothing), then runs answer.sources (answer.SOURCES with k = top_k: fused top 50 -> BM25
-rerank -> MMR, first top_k)
+changes nothing), then runs answer.sources (answer.SOURCES, the default pipeline with k = top_k;
+each source's support is its pool-idf BM25 score over the pool)
 for the six off-corpus questions (fixtures/corpus/off_corpus.yaml) and the 48 golden queries,
 and prints every question's top source score (MMR's first pick is the top BM25 score of the
 fused pool). The suggested floor is the midpoint of the widest clean gap: above the highest
@@ -22,7 +22,7 @@ import statistics
 import yaml
 
 from benchmarks import common
-from retrieval_assets import answer, chunker, golden, pg, pipeline, rerank, store
+from retrieval_assets import answer, chunker, golden, pg, pipeline, store
 from retrieval_assets.embed import HashEmbedder
 from retrieval_assets.params import RetrievalParams
 
@@ -44,13 +44,13 @@ def main(argv: list[str] | None = None) -> int:
     queries = golden.load_golden(common.CORPUS / "golden.yaml", documents)
     off_corpus = yaml.safe_load((common.CORPUS / "off_corpus.yaml").read_text())
     embedder = HashEmbedder(256)
-    retriever = pipeline.Retriever(schema, embedder, rerank.LexicalReranker())
     params = answer.SOURCES.with_(k=args.top_k)
 
     with pg.connect(args.dsn) as conn:
         common.print_machine({**common.postgres_versions(conn), "schema": schema})
         store.create(conn, schema, embedder.dims)
         store.sync(conn, schema, [c for d in documents for c in chunker.chunk(d)], embedder)
+        retriever = pipeline.retriever(conn, schema, embedder, params)
         off = [(q, top_score(conn, retriever, q, params)) for q in off_corpus]
         gold = [(q, top_score(conn, retriever, q.query, params)) for q in queries]
 

@@ -15,6 +15,7 @@ import dagster as dg
 from retrieval_assets import benchmark_eval, datasets, partitions
 from retrieval_assets.defs.partitions import embedders
 from retrieval_assets.defs.resources import PostgresResource
+from retrieval_assets.params import DEFAULT
 
 
 class CranfieldConfig(dg.Config):
@@ -39,7 +40,8 @@ def _importable(name: str) -> bool:
     partitions_def=embedders,
     kinds={"postgres", "python"},
     group_name="benchmark",
-    description="Cranfield 1400: nDCG@10, recall@100 and MRR of our pipelines beside a bm25s peer, per embedder.",
+    description="Cranfield 1400 as distributed: nDCG@10, recall@100 and MRR of the default pipeline and of the seed's "
+    "stages beside a bm25s peer, per embedder.",
 )
 def cranfield_report(context: dg.AssetExecutionContext, config: CranfieldConfig, postgres: PostgresResource) -> dg.MaterializeResult:
     key = context.partition_key
@@ -56,6 +58,8 @@ def cranfield_report(context: dg.AssetExecutionContext, config: CranfieldConfig,
         index_s = time.perf_counter() - start
         context.log.info(f"indexed {len(chunks)} chunks into {schema} in {index_s:.1f} s ({report.embedded} embedded)")
         rankers.update(benchmark_eval.our_rankers(conn, schema, embedder, chunks, params=params, depth=config.depth))
+        rankers["default pipeline"] = benchmark_eval.params_ranker(conn, schema, embedder, chunks, DEFAULT.with_(k=config.n, n=config.n),
+                                                                   depth=config.depth)
         scores = benchmark_eval.evaluate_rankers(bench, rankers, k=config.k, depth=config.depth, progress=context.log.info)
 
     rows = [("peer" if name == "bm25s" else key, s) for name, s in scores.items()]
