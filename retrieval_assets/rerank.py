@@ -18,6 +18,7 @@ from typing import Protocol
 
 import numpy as np
 
+from retrieval_assets.hybrid import normalise
 from retrieval_assets.fastembed_models import CROSS_ENCODER, fastembed_cache_dir, load_fastembed_model
 from retrieval_assets.params import DEFAULT
 from retrieval_assets.types import Chunk, Ranked
@@ -122,11 +123,8 @@ def blend(reranked: Sequence[Ranked], evidence: Mapping[str, float], weight: flo
     over the pool; ``evidence``: the first stage's fused score by chunk_id), best first, ties in fused order."""
     if weight >= 1 or not reranked:
         return list(reranked)
-    def unit(values: np.ndarray) -> np.ndarray:
-        spread = values.max() - values.min()
-        return (values - values.min()) / spread if spread > 0 else np.ones_like(values)
-    own = unit(np.array([r.score for r in reranked], dtype=np.float64))
-    first = unit(np.array([evidence[r.chunk_id] for r in reranked], dtype=np.float64))
+    own = normalise([r.score for r in reranked], "minmax")
+    first = normalise([evidence[r.chunk_id] for r in reranked], "minmax")
     scores = weight * own + (1 - weight) * first
     order = np.lexsort((-first, -scores))
     return [Ranked(reranked[i].chunk_id, float(scores[i]), rank, reranked[i].ranks) for rank, i in enumerate(order, 1)]
