@@ -13,7 +13,7 @@ from pathlib import Path
 import dagster as dg
 import pytest
 
-from retrieval_assets import chunker, evaluation, partitions, rerank, store
+from retrieval_assets import chunker, evaluation, params, partitions, pipeline, rerank, store
 from retrieval_assets.defs import corpus as corpus_assets
 from retrieval_assets.defs import evaluation as evaluation_assets
 from retrieval_assets.defs import index as index_assets
@@ -43,7 +43,8 @@ def live(pg_dsn, golden, corpus_documents, monkeypatch_module):
         store.drop(conn, schema)
         store.create(conn, schema, embedder.dims)
         report = store.sync(conn, schema, chunks, embedder)
-        ev = evaluation.evaluate_pipelines(conn, Retriever(schema, embedder, rerank.LexicalReranker()), golden)
+        ev = evaluation.evaluate_pipelines(conn, pipeline.retriever(conn, schema, embedder, params.DEFAULT), golden,
+                                          params.DEFAULT)
     yield resource, ev, report
     with resource.connect() as conn:
         for name in (schema, resource.history_schema):
@@ -66,10 +67,10 @@ def test_minilm_index_is_384_dimensional_and_complete(live):
 
 def test_minilm_floors_and_the_run_record(live):
     _, ev, _ = live
-    for pipeline, floors in FLOORS.items():
-        m = ev.metrics[pipeline]
+    for stage, floors in FLOORS.items():
+        m = ev.metrics[stage]
         for name, floor in floors.items():
-            assert getattr(m, name) >= floor, (pipeline, name, getattr(m, name))
+            assert getattr(m, name) >= floor, (stage, name, getattr(m, name))
     out = ROOT / "runs" / f"live-{datetime.date.today():%Y-%m-%d}.json"
     out.parent.mkdir(exist_ok=True)
     out.write_text(json.dumps({
@@ -106,9 +107,9 @@ def test_dagster_eval_run_for_minilm_shows_the_same_numbers(live):
     assert result.success
     [event] = [e for e in result.get_asset_materialization_events() if e.asset_key == dg.AssetKey("eval_run")]
     meta = {k: v.value for k, v in event.materialization.metadata.items()}
-    for pipeline, m in ev.metrics.items():
-        assert meta[f"ts_rank_cd/{pipeline}/recall@k"] == round(m.recall_at_k, 4)
-        assert meta[f"ts_rank_cd/{pipeline}/mrr"] == round(m.mrr, 4)
-        assert meta[f"ts_rank_cd/{pipeline}/ndcg@k"] == round(m.ndcg_at_k, 4)
+    for stage, m in ev.metrics.items():
+        assert meta[f"default/{stage}/recall@k"] == round(m.recall_at_k, 4)
+        assert meta[f"default/{stage}/mrr"] == round(m.mrr, 4)
+        assert meta[f"default/{stage}/ndcg@k"] == round(m.ndcg_at_k, 4)
     index = [e for e in result.get_asset_materialization_events() if e.asset_key == dg.AssetKey("chunk_index")][0]
     assert index.materialization.metadata["embedded"].value == 0  # nothing re-embedded
