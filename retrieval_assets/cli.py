@@ -146,7 +146,7 @@ def _diagnose(conn, args, documents, chunks, out) -> None:
     misses = diagnose.diagnose(conn, retriever, gold, params)
     what_ifs = [] if args.no_what_if else diagnose.what_if(
         conn, retriever, gold, documents, chunks, params, scratch=partitions.schema_name(args.embedder, "whatif", partitions.env_prefix(), run=uuid.uuid4().hex[:8]))
-    print(diagnose.render(diagnose.Report(args.embedder, params.k, params.n, len(gold), misses, what_ifs)), end="", file=out)
+    print(diagnose.render(diagnose.Report(args.embedder, params.k, params.n, len(gold), misses, what_ifs, params.describe())), end="", file=out)
 
 
 def _answer(conn, args, documents, chunks, out) -> None:

@@ -74,6 +74,7 @@ class Report:
     queries: int
     misses: list[Diagnosis]
     what_ifs: list[WhatIf] = field(default_factory=list)
+    pipeline: str = ""  # the pipeline diagnosed, as RetrievalParams.describe() puts it
 
 
 def _index(chunk_id: str) -> tuple[str, int]:
@@ -210,7 +211,7 @@ def render(report: Report) -> str:
     lines = [
         f"# Retrieval analysis: {report.partition}", "",
         f"{len(report.misses)} of {report.queries} golden queries have no relevant chunk in the final top {report.k} "
-        f"(fused pool n = {report.n}, BM25 rerank, MMR). Ranks are of the first relevant chunk in each list; "
+        f"(fused pool n = {report.n}{'; ' + report.pipeline if report.pipeline else ''}). Ranks are of the first relevant chunk in each list; "
         "exact vector is the rank by exact cosine distance over the whole table.", "",
         "| query_id | failure | fix | kind | vector | text | fused | reranked | exact vector | rescued by |",
         "|---|---|---|---|---|---|---|---|---|---|",

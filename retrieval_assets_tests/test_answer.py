@@ -26,7 +26,6 @@ from retrieval_assets.defs.jobs import evaluate_embedders
 from retrieval_assets.defs.partitions import embedders
 from retrieval_assets.defs.resources import CorpusResource, PostgresResource
 from retrieval_assets.embed import HashEmbedder
-from retrieval_assets.pipeline import Retriever
 from retrieval_assets.types import Answer, Chunk, Draft, Faithfulness
 from retrieval_assets_tests.conftest import CORPUS
 
@@ -34,15 +33,16 @@ RETRIEVAL_MODULES = [corpus, index, evaluation, diagnosis]  # the retrieval grou
 SCHEMA = "t_test_answer"  # conftest's schema of this module
 
 
-def sources(conn, embedder, reranker, query, top_k=answer.SOURCES.k, schema=SCHEMA):
-    """answer.sources over a retriever of ``schema``, ``top_k`` sources."""
-    return answer.sources(conn, Retriever(schema, embedder, reranker), query, answer.SOURCES.with_(k=top_k))
+def sources(conn, embedder, query, top_k=answer.SOURCES.k, schema=SCHEMA):
+    """answer.sources over the product's retriever of ``schema`` (pipeline.retriever), ``top_k`` sources."""
+    params = answer.SOURCES.with_(k=top_k)
+    return answer.sources(conn, pipeline.retriever(conn, schema, embedder, params), query, params)
 
 PROJECT_ROOT = CORPUS.parents[1]
 OFF_CORPUS = yaml.safe_load((CORPUS / "off_corpus.yaml").read_text())
 LIVE_QUERIES = ("q03", "q28", "q41")  # one per kind: factual, conceptual, lexical
 # Measured by benchmarks/calibration/support_floor.py on the hash index: these three golden queries top out
-# below the floor (5.33, 6.62, 7.16); the other 45 clear it.
+# below the floor (5.28, 5.78, 5.82, default pipeline, 2026-12-03); the other 45 clear it.
 REFUSED_GOLDEN = {"q20", "q33", "q34"}
 
 
@@ -265,27 +265,29 @@ def test_quoted_sentence_counts_no_phantom_claim():
 
 
 def top_scores(conn, embedder, queries):
-    reranker = rerank.LexicalReranker()
-    return {q: max(s for _, s in sources(conn, embedder, reranker, q)) for q in queries}
+    return {q: max(s for _, s in sources(conn, embedder, q)) for q in queries}
 
 
 def test_sources_are_the_pipelines_top_chunks_with_reranker_scores(indexed):
     conn, embedder, chunks = indexed
     query = "What did the kestrel-search load test measure?"
-    found = sources(conn, embedder, rerank.LexicalReranker(), query)
-    final = pipeline.run(conn, Retriever(SCHEMA, embedder, rerank.LexicalReranker()), query, answer.SOURCES).final
-    assert [(c.chunk_id, s) for c, s in found] == [(r.chunk_id, r.score) for r in final]
+    found = sources(conn, embedder, query)
+    trace = pipeline.run(conn, pipeline.retriever(conn, SCHEMA, embedder, answer.SOURCES), query, answer.SOURCES)
+    assert [c.chunk_id for c, _ in found] == [r.chunk_id for r in trace.final]
+    # support is the seed reranker's score (pool-idf BM25 over the pool), whatever the pipeline's blend
+    support = dict(zip(trace.chunks, rerank.LexicalReranker().scores(query, [c.text for c in trace.chunks.values()]).tolist()))
+    assert [s for _, s in found] == [support[r.chunk_id] for r in trace.final]
     by_id = {c.chunk_id: c for c in chunks}
     assert all(c == by_id[c.chunk_id] for c, _ in found)
-    assert len(sources(conn, embedder, rerank.LexicalReranker(), query, top_k=3)) == 3
-    assert sources(conn, embedder, rerank.LexicalReranker(), "-") == []
+    assert len(sources(conn, embedder, query, top_k=3)) == 3
+    assert sources(conn, embedder, "-") == []
 
 
 def test_off_corpus_questions_refuse_on_the_real_index(indexed):
     conn, embedder, _ = indexed
     fake = ScriptedQuery()
     for question in OFF_CORPUS:
-        found = sources(conn, embedder, rerank.LexicalReranker(), question)
+        found = sources(conn, embedder, question)
         draft = answer.assemble(question, [c for c, _ in found], scores=[s for _, s in found])
         assert draft.refused, question
         assert claude.run(question, draft, query_fn=fake).faithfulness.refused
@@ -309,10 +311,9 @@ def test_golden_queries_that_clear_the_floor(indexed, golden):
 
 def test_extractive_answers_are_faithful_on_the_golden_set(indexed, golden):
     conn, embedder, _ = indexed
-    reranker = rerank.LexicalReranker()
     answered, anchor_cited = 0, 0
     for q in golden:
-        found = sources(conn, embedder, reranker, q.query)
+        found = sources(conn, embedder, q.query)
         chunks, scores = [c for c, _ in found], [s for _, s in found]
         citations = tuple(c.chunk_id for c in chunks)
         result = answer.extractive_answer(q.query, chunks, scores=scores)
@@ -362,7 +363,7 @@ def live_path(conn, embedder, golden, query_fn=None) -> dict:
     records = []
     for qid in LIVE_QUERIES:
         q = by_id[qid]
-        found = sources(conn, embedder, rerank.LexicalReranker(), q.query)
+        found = sources(conn, embedder, q.query)
         chunks, scores = [c for c, _ in found], [s for _, s in found]
         draft = answer.assemble(q.query, chunks, scores=scores)
         result = claude.run(q.query, draft, query_fn=query_fn)
@@ -415,7 +416,7 @@ def test_live_path_replayed_through_the_scripted_sdk(indexed, golden, tmp_path):
     replies = []
     for qid in LIVE_QUERIES:  # script a careful answer: the anchor sentence, cited with its source number
         q = by_id[qid]
-        found = [c for c, _ in sources(conn, embedder, rerank.LexicalReranker(), q.query)]
+        found = [c for c, _ in sources(conn, embedder, q.query)]
         n = next(i for i, c in enumerate(found, 1) if c.chunk_id in golden_set.relevant(found, q))
         replies.append((f"According to the source, {q.anchor} [{n}]. The other sources do not add to this.\n[{n}]", 0.04))
     fake = ScriptedQuery(*replies)
@@ -490,7 +491,7 @@ def test_answers_asset_with_the_extractive_answerer(resource, no_credentials):
     assert meta["total_cost_usd"] == 0.0 and meta["refused"] == 0
     with resource.connect() as conn:
         for i, question in enumerate(answers_defs.DEFAULT_QUESTIONS, 1):
-            found = sources(conn, HashEmbedder(), rerank.LexicalReranker(), question, schema=resource.schema("hash"))
+            found = sources(conn, HashEmbedder(), question, schema=resource.schema("hash"))
             expected = answer.extractive_answer(question, [c for c, _ in found], scores=[s for _, s in found])
             assert meta[f"question_{i}/question"] == question
             assert meta[f"question_{i}/answer"] == expected.text

@@ -8,7 +8,7 @@ import pytest
 
 from retrieval_assets import partitions
 from retrieval_assets.embed import HashEmbedder
-from retrieval_assets.params import DEFAULT, EF_SEARCH_MAX, LEXICAL, RetrievalParams
+from retrieval_assets.params import DEFAULT, EF_SEARCH_MAX, LEXICAL, PIPELINES, SEED, RetrievalParams
 
 # An unquoted Postgres identifier: starts with a lowercase letter or _, then letters, digits, _; at most 63 bytes.
 IDENTIFIER = re.compile(r"[a-z_][a-z0-9_]{0,62}")
@@ -80,7 +80,11 @@ def test_retrieval_params_defaults():
     p = RetrievalParams()
     assert (p.k, p.n, p.rrf_k, p.weights, p.lexical, p.mmr_lambda) == (10, 50, 60, (1.0, 1.0), "ts_rank_cd", 0.7)
     assert p.rerank is True and p.ef_search is None
-    assert DEFAULT == p and LEXICAL == ("ts_rank_cd", "bm25")
+    assert SEED == p and LEXICAL == ("ts_rank_cd", "bm25")
+    # the product default: the cross-validated pipeline (benchmarks/results/quality.md)
+    assert (DEFAULT.lexical, DEFAULT.fusion, DEFAULT.weights, DEFAULT.mmr_lambda) == ("bm25", "zscore", (0.4, 0.6), None)
+    assert (DEFAULT.rerank, DEFAULT.rerank_weight, DEFAULT.rerank_idf, DEFAULT.k, DEFAULT.n) == (True, 0.4, "corpus", 10, 50)
+    assert PIPELINES == {"default": DEFAULT, "seed": SEED}
     assert RetrievalParams(weights=[1, 0]).weights == (1.0, 0.0)  # stored as a tuple of floats
     assert RetrievalParams(mmr_lambda=None).mmr_lambda is None
     assert RetrievalParams(ef_search=EF_SEARCH_MAX).ef_search == EF_SEARCH_MAX

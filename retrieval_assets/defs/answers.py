@@ -51,7 +51,7 @@ def _md_cell(text: str, limit: int = 300) -> str:
     kinds={"python", "claude"},
     group_name="live",
     deps=[dg.AssetDep("chunk_index")],
-    description="Cited answers to a list of questions from the partition's index: sources (hybrid -> BM25 -> MMR), "
+    description="Cited answers to a list of questions from the partition's index: sources (the default pipeline, top 5), "
     "a numbered-source prompt, Claude (or the offline extractive answerer), and the faithfulness check of every answer.",
 )
 def answers(context: dg.AssetExecutionContext, config: AnswersConfig, postgres: PostgresResource,

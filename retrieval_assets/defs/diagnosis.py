@@ -36,7 +36,7 @@ def failure_report(context: dg.AssetExecutionContext, postgres: PostgresResource
         return dg.Output(None, metadata={"status": "nothing to evaluate: the corpus has no golden queries"})
     with user_errors(f"failure_report {key}"), postgres.connect() as conn:
         misses = diagnose.explain(conn, postgres.schema(key, corpus=corpus.key), eval_run, golden_queries)
-    report = diagnose.Report(key, eval_run.k, eval_run.n, len(golden_queries), misses)
+    report = diagnose.Report(key, eval_run.k, eval_run.n, len(golden_queries), misses, pipeline=eval_run.params.describe())
     path, text = _write(context, corpus, report)
     by_kind = {kind: sum(d.failure == kind for d in misses) for kind in diagnose.FAILURES}
     counts = {f"failures/{kind}": n for kind, n in by_kind.items()}
@@ -67,7 +67,7 @@ def what_ifs(context: dg.AssetExecutionContext, postgres: PostgresResource, corp
         results = diagnose.what_if(conn, retriever, golden_queries, documents, chunks, eval_run.params,
                                    scratch=postgres.schema(key, "whatif", corpus.key, run=context.run.run_id[:8]), others=others, progress=context.log.info)
     report = diagnose.Report(failure_report.partition, failure_report.k, failure_report.n, failure_report.queries,
-                             failure_report.misses, results)
+                             failure_report.misses, results, failure_report.pipeline)
     path, text = _write(context, corpus, report)
     rescued = {f"rescued/{w.fix}: {w.variant}": len(w.rescued) for w in results}
     context.log.info(f"what_ifs {key}: {len(results)} experiments, best rescues {max(rescued.values(), default=0)}; report: {path}")
