@@ -42,7 +42,7 @@ FIX_FOR = {
     "vocabulary-gap": "better-embedder",
 }
 LISTS = ("vector", "text", "fused", "reranked", "final", "exact_vector")
-WEIGHT_GRID = ((0.5, 1.0), (1.0, 0.5), (0.25, 1.0), (1.0, 0.25))  # (vector, text)
+WEIGHT_GRID = ((0.5, 1.0), (1.0, 0.5), (0.25, 1.0), (1.0, 0.25))  # (vector, lexical), in the pipeline's own fusion
 
 
 @dataclass(frozen=True)
@@ -164,7 +164,8 @@ def what_if(conn: psycopg.Connection, retriever: Retriever, golden: Sequence[Gol
 
     results = []
     for w in WEIGHT_GRID:
-        results.append(outcome("hybrid-weights", f"RRF weights vector {w[0]:g}, text {w[1]:g}", hits(retriever, params.with_(weights=w), lists)))
+        fusion = "RRF" if params.fusion == "rrf" else params.fusion
+        results.append(outcome("hybrid-weights", f"{fusion} weights vector {w[0]:g}, lexical {w[1]:g}", hits(retriever, params.with_(weights=w), lists)))
         say(f"what-if {results[-1].variant}: rescued {len(results[-1].rescued)}, lost {len(results[-1].lost)}")
     embedder = retriever.embedder
     scratch_retriever = Retriever(scratch, embedder, retriever.reranker)
