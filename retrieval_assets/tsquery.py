@@ -3,6 +3,8 @@
 Contract: ``parse_query`` never raises on user text; it returns the positive terms ORed and the
 negated terms ORed, as tsquery text (None when there are none), from ``websearch_to_tsquery``.
 ``lexemes`` lists the distinct lexemes of a tsquery text (phrases count as their words).
+``PARSED`` and ``LEXEMES`` are the same two steps in SQL, for a search statement that parses its
+own query (``%(query)s``, passed through ``clean``) instead of paying a round trip for it.
 """
 
 from __future__ import annotations
@@ -60,6 +62,33 @@ def parse_query(conn: psycopg.Connection, query: str) -> tuple[str | None, str |
             positive.append(term)
     join = lambda terms: " | ".join(f"( {t} )" for t in terms) or None  # noqa: E731
     return join(positive), join(negative)
+
+
+# parse_query as a CTE ``parsed(pos, neg)`` (one row; NULLs when there are no such terms), for
+# ``WITH`` in a statement holding %(query)s. The tsquery text is cut into characters; a character
+# lies inside a quoted lexeme when an odd number of quotes precede it (a doubled quote inside a
+# lexeme counts twice, and no other character sits between its two halves), its depth is the
+# running count of parentheses outside quotes, and the & and | outside quotes at depth 0 separate
+# the terms, which _split_top_level finds the same way.
+PARSED = """parsed AS MATERIALIZED (
+    SELECT string_agg('( ' || term || ' )', ' | ' ORDER BY part) FILTER (WHERE left(term, 1) <> '!') AS pos,
+           string_agg('( ' || btrim(substr(term, 2)) || ' )', ' | ' ORDER BY part) FILTER (WHERE left(term, 1) = '!') AS neg
+    FROM (SELECT part, btrim(string_agg(c, '' ORDER BY i)) AS term
+          FROM (SELECT c, i, sep, count(*) FILTER (WHERE sep) OVER (ORDER BY i) AS part
+                FROM (SELECT c, i, NOT quoted AND c IN ('&', '|') AND sum(CASE WHEN quoted THEN 0 WHEN c = '(' THEN 1
+                                                                           WHEN c = ')' THEN -1 ELSE 0 END) OVER (ORDER BY i) = 0 AS sep
+                      FROM (SELECT c, i, mod(count(*) FILTER (WHERE c = '''') OVER (ORDER BY i ROWS BETWEEN UNBOUNDED PRECEDING
+                                                                                    AND 1 PRECEDING), 2) = 1 AS quoted
+                            FROM string_to_table(websearch_to_tsquery('english', %(query)s)::text, NULL) WITH ORDINALITY AS ch(c, i)
+                           ) AS quotes
+                     ) AS depths
+               ) AS parts
+          WHERE NOT sep GROUP BY part) AS terms
+    WHERE term <> '')"""
+
+# lexemes(parsed.pos) as rows ``term``: what _LEXEME finds, doubled quotes undone
+LEXEMES = """SELECT DISTINCT replace(m[1], '''''', '''') AS term
+    FROM parsed, regexp_matches(parsed.pos, '''((?:[^'']|'''')*)''', 'g') AS m"""
 
 
 def lexemes(tsquery: str) -> list[str]:
