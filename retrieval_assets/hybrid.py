@@ -77,9 +77,11 @@ def vector_search(conn: psycopg.Connection, schema: str, vector: np.ndarray, n: 
 
 
 # ts_rank_cd of the positive terms, negated terms excluded, the query parsed in the same statement
-_TEXT = f"""WITH {PARSED}
+# (the casts in a CTE of their own: made once, not for every row)
+_TEXT = f"""WITH {PARSED},
+         p AS MATERIALIZED (SELECT pos::tsquery AS q, neg::tsquery AS nq FROM parsed WHERE pos IS NOT NULL)
     SELECT chunk_id, ts_rank_cd(tsv, p.q, 32) AS score
-    FROM (SELECT pos::tsquery AS q, neg::tsquery AS nq FROM parsed WHERE pos IS NOT NULL) AS p, {{chunks}}
+    FROM p, {{chunks}}
     WHERE tsv @@ p.q AND (p.nq IS NULL OR NOT tsv @@ p.nq)
     ORDER BY score DESC, chunk_id
     LIMIT %(n)s"""

@@ -65,22 +65,19 @@ def parse_query(conn: psycopg.Connection, query: str) -> tuple[str | None, str |
 
 
 # parse_query as a CTE ``parsed(pos, neg)`` (one row; NULLs when there are no such terms), for
-# ``WITH`` in a statement holding %(query)s. The tsquery text is cut into characters; a character
-# lies inside a quoted lexeme when an odd number of quotes precede it (a doubled quote inside a
-# lexeme counts twice, and no other character sits between its two halves), its depth is the
-# running count of parentheses outside quotes, and the & and | outside quotes at depth 0 separate
-# the terms, which _split_top_level finds the same way.
+# ``WITH`` in a statement holding %(query)s. The tsquery text is cut into tokens that put it back
+# together: a quoted lexeme (doubled quotes inside), a parenthesis, & or |, or a run of anything
+# else; a token's depth is the running count of parentheses (none inside a lexeme token), and the
+# & and | at depth 0 separate the terms, as in _split_top_level.
 PARSED = """parsed AS MATERIALIZED (
     SELECT string_agg('( ' || term || ' )', ' | ' ORDER BY part) FILTER (WHERE left(term, 1) <> '!') AS pos,
            string_agg('( ' || btrim(substr(term, 2)) || ' )', ' | ' ORDER BY part) FILTER (WHERE left(term, 1) = '!') AS neg
-    FROM (SELECT part, btrim(string_agg(c, '' ORDER BY i)) AS term
-          FROM (SELECT c, i, sep, count(*) FILTER (WHERE sep) OVER (ORDER BY i) AS part
-                FROM (SELECT c, i, NOT quoted AND c IN ('&', '|') AND sum(CASE WHEN quoted THEN 0 WHEN c = '(' THEN 1
-                                                                           WHEN c = ')' THEN -1 ELSE 0 END) OVER (ORDER BY i) = 0 AS sep
-                      FROM (SELECT c, i, mod(count(*) FILTER (WHERE c = '''') OVER (ORDER BY i ROWS BETWEEN UNBOUNDED PRECEDING
-                                                                                    AND 1 PRECEDING), 2) = 1 AS quoted
-                            FROM string_to_table(websearch_to_tsquery('english', %(query)s)::text, NULL) WITH ORDINALITY AS ch(c, i)
-                           ) AS quotes
+    FROM (SELECT part, btrim(string_agg(token, '' ORDER BY i)) AS term
+          FROM (SELECT token, i, sep, count(*) FILTER (WHERE sep) OVER (ORDER BY i) AS part
+                FROM (SELECT m[1] AS token, i, m[1] IN ('&', '|') AND sum(CASE m[1] WHEN '(' THEN 1 WHEN ')' THEN -1 ELSE 0 END)
+                                                                     OVER (ORDER BY i) = 0 AS sep
+                      FROM regexp_matches(websearch_to_tsquery('english', %(query)s)::text,
+                                          '''(?:[^'']|'''')*''|[()&|]|[^''()&|]+|''', 'g') WITH ORDINALITY AS t(m, i)
                      ) AS depths
                ) AS parts
           WHERE NOT sep GROUP BY part) AS terms
