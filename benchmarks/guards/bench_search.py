@@ -22,14 +22,21 @@ peer back to back (the order alternating), so load drift hits both alike; first_
 peer get the query vector precomputed, hybrid.search and "peer + embed" embed it themselves.
 The ratio ours/peer is given for p50, p95 and the median of the per-query ratios (target: <= 0.8).
 A second peer, ``PEER_OR``, ORs the words as ours does, so that it ranks the same text matches.
+``--against COMMIT`` also times this tree's first stage pairwise against that commit's (its
+hybrid.py and bm25.py, from ``git show``, beside this tree's other modules) after checking that
+both return the same lists for every query.
 """
 
 from __future__ import annotations
 
 import argparse
 import gc
+import importlib.util
 import statistics
+import subprocess
+import tempfile
 import time
+from pathlib import Path
 
 from benchmarks import common
 from retrieval_assets import evaluation, hybrid, pg, pipeline, rerank, store, tsquery
@@ -84,15 +91,31 @@ def pairwise(ours, theirs, queries, repeats: int) -> tuple[list[float], list[flo
     return a, b
 
 
-def compare(label: str, ours: list[float], theirs: list[float], peer_label: str = "peer (one SQL statement, RRF in SQL)") -> None:
-    """Both summaries and the ratio ours/peer at p50, p95 and per query (median)."""
+def modules_at(commit: str, names=("bm25", "hybrid")) -> dict:
+    """``retrieval_assets.<name>`` as it was at ``commit``, loaded under another name; the older
+    hybrid is given the older bm25_search."""
+    loaded, folder = {}, Path(tempfile.mkdtemp(prefix="bench-search-"))
+    for name in names:
+        path = folder / f"{name}.py"
+        path.write_text(subprocess.run(["git", "show", f"{commit}:retrieval_assets/{name}.py"], check=True,
+                                       capture_output=True, text=True).stdout)
+        spec = importlib.util.spec_from_file_location(f"at_{commit}_{name}", path)
+        loaded[name] = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(loaded[name])
+    loaded["hybrid"].LEXICAL["bm25"] = loaded["bm25"].bm25_search
+    return loaded
+
+
+def compare(label: str, ours: list[float], theirs: list[float], peer_label: str = "peer (one SQL statement, RRF in SQL)",
+            ratio: str = "ours/peer", target: float | None = 0.8) -> None:
+    """Both summaries and the ratio ours/theirs at p50, p95 and per query (median), against ``target``."""
     per_query_ratio = statistics.median(x / y for x, y in zip(ours, theirs))
     p50 = common.pct(ours, 50) / common.pct(theirs, 50)
     p95 = common.pct(ours, 95) / common.pct(theirs, 95)
     print(f"{label:<46} {common.summary_ms(ours)}")
     print(f"{'  ' + peer_label:<46} {common.summary_ms(theirs)}")
-    print(f"{'  ratio ours/peer':<46} p50 {p50:.2f}x  p95 {p95:.2f}x  per-query median {per_query_ratio:.2f}x  "
-          f"[<= 0.8x: {common.verdict(p50 <= 0.8)}]")
+    verdict = f"  [<= {target}x: {common.verdict(p50 <= target)}]" if target else ""
+    print(f"{'  ratio ' + ratio:<46} p50 {p50:.2f}x  p95 {p95:.2f}x  per-query median {per_query_ratio:.2f}x{verdict}")
 
 
 def per_query(fn, queries, repeats: int) -> list[float]:
@@ -117,6 +140,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--schema", default=common.bench_schema("search"))
     parser.add_argument("--dsn", default=None)
+    parser.add_argument("--against", metavar="COMMIT", default=None, help="also time the first stage of COMMIT, pairwise")
     args = parser.parse_args(argv)
     schema = args.schema
 
@@ -176,6 +200,17 @@ def main(argv: list[str] | None = None) -> int:
     compare(f"hybrid.first_stage ({default.lexical}) + fuse, top {PARAMS.k}", *pairwise(
         lambda q: hybrid.fuse(hybrid.first_stage(conn, schema, vectors[q], q, default), default)[: default.k],
         lambda q: peer(conn, schema, vectors[q], q), queries, args.repeats))
+
+    if args.against:
+        older = modules_at(args.against)["hybrid"]
+        print(f"\nthis tree vs {args.against}, pairwise; load now {common.load_average()}")
+        for params in (PARAMS, default):
+            same = all(older.first_stage(conn, schema, vectors[q], q, params) == hybrid.first_stage(conn, schema, vectors[q], q, params)
+                       for q in queries)
+            compare(f"hybrid.first_stage ({params.lexical}), lists identical: {same}", *pairwise(
+                lambda q, p=params: hybrid.first_stage(conn, schema, vectors[q], q, p),
+                lambda q, p=params: older.first_stage(conn, schema, vectors[q], q, p), queries, args.repeats),
+                f"{args.against} (statement by statement)", f"this tree/{args.against}", None)
 
     # the whole evaluation, as the eval_run asset runs it
     walls, ev = [], None
