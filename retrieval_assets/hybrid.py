@@ -57,8 +57,10 @@ def _send_vector(conn: psycopg.Connection, schema: str, vector: np.ndarray, n: i
     if n > EF_SEARCH_MAX:  # pgvector 0.8: keep scanning the graph until n rows pass
         conn.execute("SELECT set_config('hnsw.iterative_scan', 'strict_order', true)")
         conn.execute("SELECT set_config('hnsw.max_scan_tuples', %s, true)", (str(max(20_000, 4 * n)),))
+    # the distance named once: a scan computes it once per row, not again for the score
     return conn.execute(
-        statement(schema, "SELECT chunk_id, 1 - (embedding <=> %(q)s) FROM {chunks} ORDER BY embedding <=> %(q)s LIMIT %(n)s"),
+        statement(schema, """SELECT chunk_id, 1 - distance FROM (
+                               SELECT chunk_id, embedding <=> %(q)s AS distance FROM {chunks} ORDER BY distance LIMIT %(n)s) AS top"""),
         {"q": np.asarray(vector, dtype=np.float32), "n": n},
     )
 
