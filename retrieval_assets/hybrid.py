@@ -109,6 +109,7 @@ _SEND_LEXICAL = {"ts_rank_cd": _send_text, "bm25": send_bm25}  # the same lists,
 
 
 def _lexical(table: dict, lexical: str):
+    """``table``'s entry for the lexical list ``lexical``; ValueError naming the known ones."""
     try:
         return table[lexical]
     except KeyError:
