@@ -12,12 +12,14 @@ the old tsv). ``bm25_search`` returns exact top-n ``Hit`` lists and never raises
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 import psycopg
 from psycopg import sql
 
 from retrieval_assets.tables import statement
-from retrieval_assets.tsquery import lexemes, parse_query
+from retrieval_assets.tsquery import LEXEMES, PARSED, clean
 from retrieval_assets.types import Hit
 
 
@@ -202,6 +204,15 @@ _LEAD = f"""
     ORDER BY s.score DESC, cand.chunk_id
     LIMIT %(n)s"""
 
+# the query parsed (tsquery.PARSED) and its terms' document frequencies, rarest first, with the
+# corpus size and mean length on every row (no rows: no positive term is in the corpus)
+_STATS = f"""
+    WITH {PARSED},
+         terms AS ({LEXEMES})
+    SELECT p.neg, s.n::float8, greatest(s.total_len, 1)::float8 / greatest(s.n, 1), d.term, d.df
+    FROM parsed p, {{bm25_stats}} s JOIN {{term_df}} d ON d.term = ANY(ARRAY(SELECT term FROM terms)) AND d.df > 0
+    ORDER BY d.df, d.term"""
+
 # A primary-key lookup costs as much as reading this many postings in a term's scan: bench_bm25.py
 # measured 12.5 (fixture) and 49 (100k chunks); its sweep at 100k gave BM25 p50 7.7 / 5.3 / 5.7 / 5.9 ms
 # for 4 / 12 / 25 / 50.
@@ -228,17 +239,27 @@ def bm25_search(conn: psycopg.Connection, schema: str, query: str, n: int = 50, 
     answer is final, without reading the long postings of frequent terms. Otherwise the lead
     grows, and when lookups would cost more than reading every posting, every posting is read.
     """
-    positive, negative = parse_query(conn, query)
-    if positive is None or n < 1:
-        return []
-    rows = conn.execute(statement(schema, """SELECT s.n::float8, greatest(s.total_len, 1)::float8 / greatest(s.n, 1), d.term, d.df
-           FROM {bm25_stats} s JOIN {term_df} d ON d.term = ANY(%s) AND d.df > 0
-           ORDER BY d.df, d.term"""), (lexemes(positive),)).fetchall()
+    return send_bm25(conn, schema, query, n, k1=k1, b=b)()
+
+
+def send_bm25(conn: psycopg.Connection, schema: str, query: str, n: int = 50, *, k1: float = 1.2,
+              b: float = 0.75) -> Callable[[], list[Hit]]:
+    """``bm25_search`` in two steps: send its first statement (the query parsed, the corpus size
+    and the query terms' document frequencies), and return the function that reads it and runs
+    the rest. In pipeline mode the first statement waits for the caller's sync."""
+    if n < 1:
+        return list
+    cursor = conn.execute(statement(schema, _STATS), {"query": clean(query)})
+    return lambda: _finish(conn, schema, cursor.fetchall(), n, k1, b)
+
+
+def _finish(conn: psycopg.Connection, schema: str, rows: list, n: int, k1: float, b: float) -> list[Hit]:
+    """The top ``n`` from ``_STATS``'s rows: idfs, then the lead or every posting (see ``bm25_search``)."""
     if not rows:
         return []
-    total, avgdl = rows[0][0], rows[0][1]
-    terms = [r[2] for r in rows]  # rarest first
-    dfs = np.array([r[3] for r in rows], dtype=np.float64)
+    negative, total, avgdl = rows[0][0], rows[0][1], rows[0][2]
+    terms = [r[3] for r in rows]  # rarest first
+    dfs = np.array([r[4] for r in rows], dtype=np.float64)
     idfs = np.log1p((total - dfs + 0.5) / (dfs + 0.5))
     params = {"terms": terms, "idfs": idfs.tolist(), "neg": negative, "n": n, "k1": float(k1), "b": float(b), "avgdl": avgdl}
     bound_rest = np.concatenate([np.cumsum(idfs[::-1])[::-1][1:], [0.0]])  # idf sum of the terms after each lead

@@ -11,17 +11,17 @@ sum of each list's scores normalised over the list (min-max or z-score); ``fuse`
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 import psycopg
 from psycopg import pq
 
-from retrieval_assets.bm25 import as_hits, bm25_search
+from retrieval_assets.bm25 import as_hits, bm25_search, send_bm25
 from retrieval_assets.embed import Embedder
 from retrieval_assets.params import DEFAULT, EF_SEARCH_MAX, RetrievalParams, limit_query
 from retrieval_assets.tables import statement
-from retrieval_assets.tsquery import parse_query
+from retrieval_assets.tsquery import PARSED, clean
 from retrieval_assets.types import Hit, Ranked
 
 
@@ -30,55 +30,95 @@ def _transaction(conn: psycopg.Connection):
     return contextlib.nullcontext() if conn.info.transaction_status != pq.TransactionStatus.IDLE else conn.transaction()
 
 
+@contextlib.contextmanager
+def _one_trip(conn: psycopg.Connection):
+    """The statements executed inside run in one transaction and, on a psycopg connection whose
+    libpq has pipeline mode, are sent together and answered in one round trip (their cursors are
+    read after the block). In autocommit with no transaction open, the statements before the
+    pipeline's one Sync form one implicit transaction, so set_config(..., true) holds for the
+    statements after it and ends with them, as in the ``_transaction`` it replaces; a connection
+    without autocommit and no transaction open still gets BEGIN and COMMIT of their own."""
+    if not (isinstance(conn, psycopg.Connection) and psycopg.Pipeline.is_supported()):
+        with _transaction(conn):
+            yield
+        return
+    idle = conn.info.transaction_status == pq.TransactionStatus.IDLE
+    with conn.transaction() if idle and not conn.autocommit else contextlib.nullcontext(), conn.pipeline():
+        yield
+
+
+def _send_vector(conn: psycopg.Connection, schema: str, vector: np.ndarray, n: int, ef_search: int | None):
+    """Execute ``vector_search``'s statements (inside ``_one_trip``); the cursor of its rows, or None when it has none."""
+    if ef_search is not None and ef_search < 1:
+        raise ValueError(f"ef_search must be at least 1, got {ef_search}")
+    if n < 1 or not np.any(vector):
+        return None
+    conn.execute("SELECT set_config('hnsw.ef_search', %s, true)", (str(min(max(ef_search or n, 40), EF_SEARCH_MAX)),))
+    if n > EF_SEARCH_MAX:  # pgvector 0.8: keep scanning the graph until n rows pass
+        conn.execute("SELECT set_config('hnsw.iterative_scan', 'strict_order', true)")
+        conn.execute("SELECT set_config('hnsw.max_scan_tuples', %s, true)", (str(max(20_000, 4 * n)),))
+    # the distance named once: a scan computes it once per row, not again for the score
+    return conn.execute(
+        statement(schema, """SELECT chunk_id, 1 - distance FROM (
+                               SELECT chunk_id, embedding <=> %(q)s AS distance FROM {chunks} ORDER BY distance LIMIT %(n)s) AS top"""),
+        {"q": np.asarray(vector, dtype=np.float32), "n": n},
+    )
+
+
 def vector_search(conn: psycopg.Connection, schema: str, vector: np.ndarray, n: int = DEFAULT.n, *,
                   ef_search: int | None = DEFAULT.ef_search) -> list[Hit]:
     """Top ``n`` chunks by cosine distance to ``vector``, scored ``1 - distance``; [] for the zero vector.
 
     The HNSW candidate list is ``ef_search`` (default ``n``; at least pgvector's default 40, at
     most 1000): raise it above ``n`` to trade latency for recall (benchmarks/results/scale.md).
+    The setting is transaction-local and sent with the query, in one round trip (``_one_trip``).
     """
-    if ef_search is not None and ef_search < 1:
-        raise ValueError(f"ef_search must be at least 1, got {ef_search}")
-    if n < 1 or not np.any(vector):
-        return []
-    with _transaction(conn):
-        conn.execute("SELECT set_config('hnsw.ef_search', %s, true)", (str(min(max(ef_search or n, 40), EF_SEARCH_MAX)),))
-        if n > EF_SEARCH_MAX:  # pgvector 0.8: keep scanning the graph until n rows pass
-            conn.execute("SELECT set_config('hnsw.iterative_scan', 'strict_order', true)")
-            conn.execute("SELECT set_config('hnsw.max_scan_tuples', %s, true)", (str(max(20_000, 4 * n)),))
-        rows = conn.execute(
-            statement(schema, "SELECT chunk_id, 1 - (embedding <=> %(q)s) FROM {chunks} ORDER BY embedding <=> %(q)s LIMIT %(n)s"),
-            {"q": np.asarray(vector, dtype=np.float32), "n": n},
-        ).fetchall()
-    return as_hits(rows)
+    with _one_trip(conn):
+        cursor = _send_vector(conn, schema, vector, n, ef_search)
+    return as_hits(cursor.fetchall()) if cursor is not None else []
+
+
+# ts_rank_cd of the positive terms, negated terms excluded, the query parsed in the same statement
+# (the casts in a CTE of their own: made once, not for every row)
+_TEXT = f"""WITH {PARSED},
+         p AS MATERIALIZED (SELECT pos::tsquery AS q, neg::tsquery AS nq FROM parsed WHERE pos IS NOT NULL)
+    SELECT chunk_id, ts_rank_cd(tsv, p.q, 32) AS score
+    FROM p, {{chunks}}
+    WHERE tsv @@ p.q AND (p.nq IS NULL OR NOT tsv @@ p.nq)
+    ORDER BY score DESC, chunk_id
+    LIMIT %(n)s"""
+
+
+def _send_text(conn: psycopg.Connection, schema: str, query: str, n: int) -> Callable[[], list[Hit]]:
+    """Execute ``text_search``'s one statement; the function that reads its hits."""
+    if n < 1:
+        return list
+    cursor = conn.execute(statement(schema, _TEXT), {"query": clean(query), "n": n})
+    return lambda: as_hits(cursor.fetchall())
 
 
 def text_search(conn: psycopg.Connection, schema: str, query: str, n: int = DEFAULT.n) -> list[Hit]:
-    """Top ``n`` chunks matching any positive term and no negated term, by ts_rank_cd(tsv, q, 32)."""
-    positive, negative = parse_query(conn, query)
-    if positive is None or n < 1:
-        return []
-    rows = conn.execute(
-        statement(schema, """SELECT chunk_id, ts_rank_cd(tsv, q, 32) AS score
-           FROM {chunks}, CAST(%(pos)s AS tsquery) AS q
-           WHERE tsv @@ q AND (%(neg)s::tsquery IS NULL OR NOT tsv @@ %(neg)s::tsquery)
-           ORDER BY score DESC, chunk_id
-           LIMIT %(n)s"""),
-        {"pos": positive, "neg": negative, "n": n},
-    ).fetchall()
-    return as_hits(rows)
+    """Top ``n`` chunks matching any positive term and no negated term, by ts_rank_cd(tsv, q, 32).
+
+    The terms are ``tsquery.parse_query``'s, parsed inside the search statement (one round trip)."""
+    return _send_text(conn, schema, query, n)()
 
 
 LEXICAL = {"ts_rank_cd": text_search, "bm25": bm25_search}  # the keys are params.LEXICAL
+_SEND_LEXICAL = {"ts_rank_cd": _send_text, "bm25": send_bm25}  # the same lists, sent and read in two steps
+
+
+def _lexical(table: dict, lexical: str):
+    """``table``'s entry for the lexical list ``lexical``; ValueError naming the known ones."""
+    try:
+        return table[lexical]
+    except KeyError:
+        raise ValueError(f"unknown lexical ranking '{lexical}' (known: {', '.join(LEXICAL)})") from None
 
 
 def lexical_search(conn: psycopg.Connection, schema: str, query: str, n: int = DEFAULT.n, lexical: str = DEFAULT.lexical) -> list[Hit]:
     """The lexical list by name: ``ts_rank_cd`` (the seed's, the default) or ``bm25``."""
-    try:
-        search_fn = LEXICAL[lexical]
-    except KeyError:
-        raise ValueError(f"unknown lexical ranking '{lexical}' (known: {', '.join(LEXICAL)})") from None
-    return search_fn(conn, schema, query, n)
+    return _lexical(LEXICAL, lexical)(conn, schema, query, n)
 
 
 def rrf(lists: Sequence[Sequence[Hit]], k: int = DEFAULT.rrf_k, weights: Sequence[float] | None = None) -> list[Ranked]:
@@ -142,9 +182,18 @@ def fuse(lists: Sequence[Sequence[Hit]], params: RetrievalParams = DEFAULT) -> l
 
 def first_stage(conn: psycopg.Connection, schema: str, vector: np.ndarray, query: str,
                 params: RetrievalParams = DEFAULT) -> tuple[list[Hit], list[Hit]]:
-    """The vector and lexical top ``params.n`` of one query (``vector``: the query's embedding)."""
-    return (vector_search(conn, schema, vector, params.n, ef_search=params.ef_search),
-            lexical_search(conn, schema, query, params.n, params.lexical))
+    """The vector and lexical top ``params.n`` of one query (``vector``: the query's embedding).
+
+    Both lists' statements go in one round trip (``_one_trip``): the ef_search setting, the vector
+    query and the lexical statement, which parses the query itself. ``ts_rank_cd`` needs no more;
+    ``bm25``'s first statement reads the terms' statistics, and its postings take a second trip
+    (or more, when max-score pruning widens its lead). Same lists as ``vector_search`` and
+    ``lexical_search`` called one after the other."""
+    send_lexical = _lexical(_SEND_LEXICAL, params.lexical)
+    with _one_trip(conn):
+        cursor = _send_vector(conn, schema, vector, params.n, params.ef_search)
+        read_lexical = send_lexical(conn, schema, query, params.n)
+    return as_hits(cursor.fetchall()) if cursor is not None else [], read_lexical()
 
 
 def search(conn: psycopg.Connection, schema: str, embedder: Embedder, query: str, params: RetrievalParams = DEFAULT) -> list[Ranked]:

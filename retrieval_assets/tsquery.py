@@ -3,6 +3,8 @@
 Contract: ``parse_query`` never raises on user text; it returns the positive terms ORed and the
 negated terms ORed, as tsquery text (None when there are none), from ``websearch_to_tsquery``.
 ``lexemes`` lists the distinct lexemes of a tsquery text (phrases count as their words).
+``PARSED`` and ``LEXEMES`` are the same two steps in SQL, for a search statement that parses its
+own query (``%(query)s``, passed through ``clean``) instead of paying a round trip for it.
 """
 
 from __future__ import annotations
@@ -60,6 +62,30 @@ def parse_query(conn: psycopg.Connection, query: str) -> tuple[str | None, str |
             positive.append(term)
     join = lambda terms: " | ".join(f"( {t} )" for t in terms) or None  # noqa: E731
     return join(positive), join(negative)
+
+
+# parse_query as a CTE ``parsed(pos, neg)`` (one row; NULLs when there are no such terms), for
+# ``WITH`` in a statement holding %(query)s. The tsquery text is cut into tokens that put it back
+# together: a quoted lexeme (doubled quotes inside), a parenthesis, & or |, or a run of anything
+# else; a token's depth is the running count of parentheses (none inside a lexeme token), and the
+# & and | at depth 0 separate the terms, as in _split_top_level.
+PARSED = """parsed AS MATERIALIZED (
+    SELECT string_agg('( ' || term || ' )', ' | ' ORDER BY part) FILTER (WHERE left(term, 1) <> '!') AS pos,
+           string_agg('( ' || btrim(substr(term, 2)) || ' )', ' | ' ORDER BY part) FILTER (WHERE left(term, 1) = '!') AS neg
+    FROM (SELECT part, btrim(string_agg(token, '' ORDER BY i)) AS term
+          FROM (SELECT token, i, sep, count(*) FILTER (WHERE sep) OVER (ORDER BY i) AS part
+                FROM (SELECT m[1] AS token, i, m[1] IN ('&', '|') AND sum(CASE m[1] WHEN '(' THEN 1 WHEN ')' THEN -1 ELSE 0 END)
+                                                                     OVER (ORDER BY i) = 0 AS sep
+                      FROM regexp_matches(websearch_to_tsquery('english', %(query)s)::text,
+                                          '''(?:[^'']|'''')*''|[()&|]|[^''()&|]+|''', 'g') WITH ORDINALITY AS t(m, i)
+                     ) AS depths
+               ) AS parts
+          WHERE NOT sep GROUP BY part) AS terms
+    WHERE term <> '')"""
+
+# lexemes(parsed.pos) as rows ``term``: what _LEXEME finds, doubled quotes undone
+LEXEMES = """SELECT DISTINCT replace(m[1], '''''', '''') AS term
+    FROM parsed, regexp_matches(parsed.pos, '''((?:[^'']|'''')*)''', 'g') AS m"""
 
 
 def lexemes(tsquery: str) -> list[str]:

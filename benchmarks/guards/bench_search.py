@@ -11,22 +11,111 @@ warm connection (one untimed warm-up pass first; the embedder instance is shared
 cache is warm, except where a row says otherwise). The vector_search row includes embedding
 the query (vector_search takes a vector; hybrid.search and pipeline.run embed it themselves).
 Percentiles interpolate linearly between closest ranks over all repeats x 48 queries.
+
+Peer comparison (issue 18): ``hybrid.first_stage`` and ``hybrid.search`` against ``PEER``, one
+SQL statement in the style of pgvector-python's examples/hybrid_search/rrf.py (written here):
+two CTEs, the vector top n by ``embedding <=> q`` and the full-text top n by ``ts_rank_cd``,
+fused by RRF in SQL, top k. Same table, queries and n, k, rrf_k; the peer runs with the session's
+hnsw.ef_search (40; ours sets max(n, 40) = 50) and websearch_to_tsquery as it is (words ANDed;
+ours ORs them, so ours reads more text matches). Timed pairwise: each query runs ours and the
+peer back to back (the order alternating), so load drift hits both alike; first_stage and the
+peer get the query vector precomputed, hybrid.search and "peer + embed" embed it themselves.
+The ratio ours/peer is given for p50, p95 and the median of the per-query ratios (target: <= 0.8).
+A second peer, ``PEER_OR``, ORs the words as ours does, so that it ranks the same text matches.
+``--against COMMIT`` also times this tree's first stage pairwise against that commit's (its
+hybrid.py and bm25.py, from ``git show``, beside this tree's other modules) after checking that
+both return the same lists for every query.
 """
 
 from __future__ import annotations
 
 import argparse
 import gc
+import importlib.util
 import statistics
+import subprocess
+import tempfile
 import time
+from pathlib import Path
 
 from benchmarks import common
 from retrieval_assets import evaluation, hybrid, pg, pipeline, rerank, store, tsquery
 from retrieval_assets.embed import HashEmbedder
-from retrieval_assets.params import RetrievalParams
+from retrieval_assets.params import DEFAULT, RetrievalParams
+from retrieval_assets.tables import statement
 
 DIMS = 256
 PARAMS = RetrievalParams(k=10, n=50)  # the defaults, stated: fused 50, top 10, BM25 rerank, MMR 0.7
+
+# The peer: one statement, both lists as CTEs ranked by row_number, RRF by a full outer join.
+PEER = """
+    WITH semantic AS (
+        SELECT chunk_id, row_number() OVER (ORDER BY embedding <=> %(q)s) AS rank
+        FROM {chunks} ORDER BY embedding <=> %(q)s LIMIT %(n)s),
+    keyword AS (
+        SELECT chunk_id, row_number() OVER (ORDER BY ts_rank_cd(tsv, query, 32) DESC, chunk_id) AS rank
+        FROM {chunks}, websearch_to_tsquery('english', %(text)s) AS query
+        WHERE tsv @@ query ORDER BY ts_rank_cd(tsv, query, 32) DESC, chunk_id LIMIT %(n)s)
+    SELECT coalesce(semantic.chunk_id, keyword.chunk_id) AS chunk_id,
+           coalesce(1.0 / (%(k)s + semantic.rank), 0.0) + coalesce(1.0 / (%(k)s + keyword.rank), 0.0) AS score
+    FROM semantic FULL OUTER JOIN keyword ON semantic.chunk_id = keyword.chunk_id
+    ORDER BY score DESC, chunk_id LIMIT %(top)s"""
+# The same peer with the query's words ORed, as our lexical lists take them (phrases and negations
+# aside): it reads the text matches ours reads, so the ratio shows what is left beside that work.
+PEER_OR = PEER.replace("websearch_to_tsquery('english', %(text)s)",
+                       "CAST(replace(plainto_tsquery('english', %(text)s)::text, ' & ', ' | ') AS tsquery)")
+
+
+def peer(conn, schema: str, vector, text: str, params: RetrievalParams = PARAMS, template: str = PEER) -> list:
+    """The peer's fused top ``params.k``: ``(chunk_id, score)`` rows."""
+    return conn.execute(statement(schema, template), {"q": vector, "text": text, "n": params.n, "k": params.rrf_k,
+                                                  "top": params.k}).fetchall()
+
+
+def pairwise(ours, theirs, queries, repeats: int) -> tuple[list[float], list[float]]:
+    """Seconds per call of ``ours`` and ``theirs``, each query timed back to back, the order alternating."""
+    for q in queries:  # warm-up, untimed
+        ours(q), theirs(q)
+    a, b = [], []
+    gc.collect()
+    gc.disable()
+    try:
+        for r in range(repeats):
+            for i, q in enumerate(queries):
+                for fn, out in ((ours, a), (theirs, b)) if (r + i) % 2 == 0 else ((theirs, b), (ours, a)):
+                    start = time.perf_counter()
+                    fn(q)
+                    out.append(time.perf_counter() - start)
+    finally:
+        gc.enable()
+    return a, b
+
+
+def modules_at(commit: str, names=("bm25", "hybrid")) -> dict:
+    """``retrieval_assets.<name>`` as it was at ``commit``, loaded under another name; the older
+    hybrid is given the older bm25_search."""
+    loaded, folder = {}, Path(tempfile.mkdtemp(prefix="bench-search-"))
+    for name in names:
+        path = folder / f"{name}.py"
+        path.write_text(subprocess.run(["git", "show", f"{commit}:retrieval_assets/{name}.py"], check=True,
+                                       capture_output=True, text=True).stdout)
+        spec = importlib.util.spec_from_file_location(f"at_{commit}_{name}", path)
+        loaded[name] = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(loaded[name])
+    loaded["hybrid"].LEXICAL["bm25"] = loaded["bm25"].bm25_search
+    return loaded
+
+
+def compare(label: str, ours: list[float], theirs: list[float], peer_label: str = "peer (one SQL statement, RRF in SQL)",
+            ratio: str = "ours/peer", target: float | None = 0.8) -> None:
+    """Both summaries and the ratio ours/theirs at p50, p95 and per query (median), against ``target``."""
+    per_query_ratio = statistics.median(x / y for x, y in zip(ours, theirs))
+    p50 = common.pct(ours, 50) / common.pct(theirs, 50)
+    p95 = common.pct(ours, 95) / common.pct(theirs, 95)
+    print(f"{label:<46} {common.summary_ms(ours)}")
+    print(f"{'  ' + peer_label:<46} {common.summary_ms(theirs)}")
+    verdict = f"  [<= {target}x: {common.verdict(p50 <= target)}]" if target else ""
+    print(f"{'  ratio ' + ratio:<46} p50 {p50:.2f}x  p95 {p95:.2f}x  per-query median {per_query_ratio:.2f}x{verdict}")
 
 
 def per_query(fn, queries, repeats: int) -> list[float]:
@@ -51,6 +140,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--schema", default=common.bench_schema("search"))
     parser.add_argument("--dsn", default=None)
+    parser.add_argument("--against", metavar="COMMIT", default=None, help="also time the first stage of COMMIT, pairwise")
     args = parser.parse_args(argv)
     schema = args.schema
 
@@ -90,6 +180,37 @@ def main(argv: list[str] | None = None) -> int:
             note = f"  [p50 < {p50_t} ms: {common.verdict(common.pct(ms, 50) < p50_t)}"
             note += f"; p95 < {p95_t} ms: {common.verdict(common.pct(ms, 95) < p95_t)}]" if p95_t else "]"
         print(f"{label:<46} {common.summary_ms(samples)}{note}")
+
+    # ours against the one-statement peer, pairwise
+    vectors = {q: embedder.embed([q])[0] for q in queries}
+    print(f"\nours vs peer, pairwise; load now {common.load_average()}")
+    compare(f"hybrid.first_stage ({PARAMS.lexical}) + fuse, top {PARAMS.k}", *pairwise(
+        lambda q: hybrid.fuse(hybrid.first_stage(conn, schema, vectors[q], q, PARAMS), PARAMS)[: PARAMS.k],
+        lambda q: peer(conn, schema, vectors[q], q), queries, args.repeats))
+    compare(f"hybrid.first_stage ({PARAMS.lexical}) + fuse, top {PARAMS.k}", *pairwise(
+        lambda q: hybrid.fuse(hybrid.first_stage(conn, schema, vectors[q], q, PARAMS), PARAMS)[: PARAMS.k],
+        lambda q: peer(conn, schema, vectors[q], q, template=PEER_OR), queries, args.repeats), "peer, words ORed (our matches)")
+    compare(f"hybrid.first_stage ({PARAMS.lexical}) alone", *pairwise(
+        lambda q: hybrid.first_stage(conn, schema, vectors[q], q, PARAMS),
+        lambda q: peer(conn, schema, vectors[q], q), queries, args.repeats))
+    compare("hybrid.search (embeds), vs peer + embed", *pairwise(
+        lambda q: hybrid.search(conn, schema, embedder, q, PARAMS),
+        lambda q: peer(conn, schema, embedder.embed([q])[0], q), queries, args.repeats))
+    default = RetrievalParams(k=10, n=50, lexical=DEFAULT.lexical)
+    compare(f"hybrid.first_stage ({default.lexical}) + fuse, top {PARAMS.k}", *pairwise(
+        lambda q: hybrid.fuse(hybrid.first_stage(conn, schema, vectors[q], q, default), default)[: default.k],
+        lambda q: peer(conn, schema, vectors[q], q), queries, args.repeats))
+
+    if args.against:
+        older = modules_at(args.against)["hybrid"]
+        print(f"\nthis tree vs {args.against}, pairwise; load now {common.load_average()}")
+        for params in (PARAMS, default):
+            same = all(older.first_stage(conn, schema, vectors[q], q, params) == hybrid.first_stage(conn, schema, vectors[q], q, params)
+                       for q in queries)
+            compare(f"hybrid.first_stage ({params.lexical}), lists identical: {same}", *pairwise(
+                lambda q, p=params: hybrid.first_stage(conn, schema, vectors[q], q, p),
+                lambda q, p=params: older.first_stage(conn, schema, vectors[q], q, p), queries, args.repeats),
+                f"{args.against} (statement by statement)", f"this tree/{args.against}", None)
 
     # the whole evaluation, as the eval_run asset runs it
     walls, ev = [], None
