@@ -117,7 +117,7 @@ def _lexical(table: dict, lexical: str):
 
 
 def lexical_search(conn: psycopg.Connection, schema: str, query: str, n: int = DEFAULT.n, lexical: str = DEFAULT.lexical) -> list[Hit]:
-    """The lexical list by name: ``ts_rank_cd`` (the seed's, the default) or ``bm25``."""
+    """The lexical list by name: ``bm25`` (the default's) or ``ts_rank_cd`` (the seed's)."""
     return _lexical(LEXICAL, lexical)(conn, schema, query, n)
 
 
