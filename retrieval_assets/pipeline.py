@@ -57,13 +57,26 @@ class Trace:
 def retriever(conn: psycopg.Connection, schema: str, embedder: Embedder, params: RetrievalParams = DEFAULT, *,
               reranker: Reranker | None = None) -> Retriever:
     """The retriever ``params`` asks for: ``reranker`` when given, else the BM25 ``LexicalReranker`` with the
-    pool's idf or (``params.rerank_idf == "corpus"``) the idf of every chunk in ``schema`` (read once, here)."""
+    pool's idf or (``params.rerank_idf == "corpus"``) the idf of every chunk in ``schema`` (``corpus_stats``)."""
     if reranker is None:
-        stats = None
-        if params.rerank_idf == "corpus":
-            stats = CorpusStats.from_texts([t for (t,) in conn.execute(statement(schema, "SELECT text FROM {chunks}"))])
-        reranker = LexicalReranker(corpus=stats)
+        reranker = LexicalReranker(corpus=corpus_stats(conn, schema) if params.rerank_idf == "corpus" else None)
     return Retriever(schema, embedder, reranker)
+
+
+_STATS: dict[tuple, tuple[tuple, CorpusStats]] = {}  # (server, database, schema) -> (fingerprint, stats), per process
+
+
+def corpus_stats(conn: psycopg.Connection, schema: str) -> CorpusStats:
+    """The ``CorpusStats`` of every chunk in ``schema``, read once per process and table content: a
+    fingerprint computed in Postgres (row count and a sum of text hashes, no text sent) is checked on
+    each call, and the texts are read again only when it changed."""
+    fingerprint = tuple(conn.execute(statement(schema, "SELECT count(*), coalesce(sum(hashtext(chunk_id || text)), 0) FROM {chunks}")).fetchone())
+    key = (conn.info.host, conn.info.port, conn.info.dbname, schema)
+    cached = _STATS.get(key)
+    if cached is None or cached[0] != fingerprint:
+        texts = [t for (t,) in conn.execute(statement(schema, "SELECT text FROM {chunks}"))]
+        _STATS[key] = cached = (fingerprint, CorpusStats.from_texts(texts))
+    return cached[1]
 
 
 def fetch(conn: psycopg.Connection, schema: str, chunk_ids: list[str]) -> dict[str, tuple[Chunk, np.ndarray]]:

@@ -148,3 +148,27 @@ def test_cross_validation_scores_each_fold_with_what_its_training_chose():
     assert held.scores.tolist() == [0.0, 0.0, 0.0, 0.0] and held.mean == 0.0  # the in-sample best would say 0.95
     with pytest.raises(ValueError, match="held_out must name one of the datasets"):
         crossval.cross_validate([s, _setting("f", table)], (lambda _: [A],), fold_sets, {"d": 4, "f": 4})
+
+
+def test_corpus_stats_are_read_once_per_table_content(indexed, schema):
+    import dataclasses
+
+    from retrieval_assets import store
+
+    conn, embedder, chunks = indexed
+    small = schema + "_stats"
+    store.drop(conn, small)
+    store.create(conn, small, embedder.dims)
+    try:
+        store.sync(conn, small, chunks[:3], embedder)
+        first = pipeline.corpus_stats(conn, small)
+        assert first == CorpusStats.from_texts([c.text for c in chunks[:3]])
+        assert pipeline.corpus_stats(conn, small) is first  # unchanged table: the cached stats
+        edited = [dataclasses.replace(chunks[0], text=chunks[0].text + " zebra"), *chunks[1:3]]
+        store.sync(conn, small, edited, embedder)
+        again = pipeline.corpus_stats(conn, small)
+        assert again is not first and again == CorpusStats.from_texts([c.text for c in edited]) and again.df["zebra"] == 1
+        # a schema of the same content elsewhere is its own entry; the module's schema is unaffected
+        assert pipeline.corpus_stats(conn, schema) == CorpusStats.from_texts([c.text for c in chunks])
+    finally:
+        store.drop(conn, small)
