@@ -4,7 +4,7 @@ Commands: ``index`` (sync a corpus into a partition's command-line schema), ``ev
 golden-set report), ``diagnose`` (the failure report with what-ifs), ``chunk-stats`` (corpus
 statistics), ``answer`` (an extractive cited answer), and over the assets' history ``runs``
 (the latest evaluations) and ``diff`` (per-query changes between two runs). Every command indexes into
-``partitions.schema_name(embedder, "cli")`` (after ``$RETRIEVAL_SCHEMA_PREFIX``), never the
+``partitions.schema_name(embedder, "cli", corpus=...)`` (after ``$RETRIEVAL_SCHEMA_PREFIX``), never the
 Dagster assets' schema. Every bad
 argument or input is one ``error: ...`` line on stderr and exit status 2.
 """
@@ -108,9 +108,10 @@ def _chunks(args, documents):
 
 
 def _index(conn, args, chunks):
-    """Sync ``chunks`` into the embedder's command-line schema: (schema, embedder, sync report)."""
+    """Sync ``chunks`` into the embedder's command-line schema of the corpus (``cli_hash`` for the
+    fixture, ``<corpus name>__cli_hash`` for another folder): (schema, embedder, sync report)."""
     embedder = partitions.embedder(args.embedder)
-    schema = partitions.schema_name(args.embedder, "cli", partitions.env_prefix())
+    schema = partitions.schema_name(args.embedder, "cli", partitions.env_prefix(), corpus=partitions.corpus_name_for(args.corpus))
     store.create(conn, schema, embedder.dims)
     return schema, embedder, store.sync(conn, schema, chunks, embedder)
 

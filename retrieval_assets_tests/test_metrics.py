@@ -10,6 +10,7 @@ import math
 
 import pytest
 import pytrec_eval
+from psycopg import sql
 
 from retrieval_assets import cli, metrics, pipeline
 from retrieval_assets import golden as golden_set
@@ -193,3 +194,23 @@ def test_cli_bad_arguments_exit_2_with_one_line(args, message, capsys, pg_dsn, c
     err = capsys.readouterr().err
     assert message in err
     assert err.startswith("error: ") and len(err.strip().splitlines()) == 1
+
+
+def test_cli_indexes_another_corpus_into_its_own_schema(pg_dsn, tmp_path, capsys, conn, cli_schemas):
+    """A user's folder gets ``<name>__cli_hash``; the fixture's command-line index is left as it was."""
+    from retrieval_assets import partitions
+
+    assert cli.main(["index", "--corpus", str(CORPUS), "--dsn", pg_dsn]) == 0
+    fixture_rows = conn.execute(sql.SQL("SELECT count(*) FROM {}.chunks").format(sql.Identifier(cli_schemas[0]))).fetchone()[0]
+    own = tmp_path / "teas"
+    own.mkdir()
+    (own / "tea.md").write_text("# Green tea\n\nGreen tea is steeped at 70 to 80 degrees for two minutes.\n")
+    mine = partitions.schema_name("hash", "cli", cli_schemas[0].removesuffix("cli_hash"), corpus="teas")
+    try:
+        assert cli.main(["answer", "green tea water temperature", "--corpus", str(own), "--dsn", pg_dsn]) == 0
+        assert "tea#000" in capsys.readouterr().out
+        assert conn.execute(sql.SQL("SELECT count(*) FROM {}.chunks").format(sql.Identifier(mine))).fetchone()[0] == 1
+        assert conn.execute(sql.SQL("SELECT count(*) FROM {}.chunks").format(sql.Identifier(cli_schemas[0]))).fetchone()[0] == fixture_rows
+    finally:
+        conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(mine)))
+        conn.commit()
