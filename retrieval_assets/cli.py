@@ -82,6 +82,9 @@ def _parser() -> argparse.ArgumentParser:
             p.add_argument("--no-what-if", action="store_true", help="skip the what-if experiments")
         elif name == "answer":
             p.add_argument("question")
+            p.add_argument("--floor", type=float, default=answer.SUPPORT_FLOOR,
+                           help=f"refuse below this support (default {answer.SUPPORT_FLOOR}, calibrated on the fixture corpus; "
+                                "benchmarks/calibration/support_floor.py --corpus DIR for yours)")
     return top
 
 
@@ -153,10 +156,12 @@ def _diagnose(conn, args, documents, chunks, out) -> None:
 def _answer(conn, args, documents, chunks, out) -> None:
     if not args.question.strip():
         raise UsageError("the question is empty")
+    if not 0 <= args.floor < float("inf"):
+        raise UsageError(f"--floor must be a finite number of 0 or more, got {args.floor}")
     params = _params(args)
     schema, embedder, _ = _index(conn, args, chunks)
     found = answer.sources(conn, pipeline.retriever(conn, schema, embedder, params), args.question, params)
-    result = answer.extractive_answer(args.question, [c for c, _ in found], scores=[s for _, s in found])
+    result = answer.extractive_answer(args.question, [c for c, _ in found], scores=[s for _, s in found], floor=args.floor)
     print(result.text, file=out)
     for n, (c, score) in enumerate(found, 1):
         print(f"[{n}] {c.chunk_id} ({score:.2f})", file=out)

@@ -521,6 +521,11 @@ def test_answers_asset_without_credentials_fails_at_once(resource, no_credential
     failure = next(e for e in unknown.all_events if e.event_type_value == "STEP_FAILURE")
     assert "unknown answerer 'oracle'" in failure.event_specific_data.error.to_string()
 
+    negative = materialize(resource, {"answerer": "extractive", "support_floor": -1.0}, ["answers"])
+    assert not negative.success
+    failure = next(e for e in negative.all_events if e.event_type_value == "STEP_FAILURE")
+    assert "support_floor must be a finite number of 0 or more, got -1.0" in failure.event_specific_data.error.to_string()
+
 
 def test_credentials_come_from_the_environment(monkeypatch, no_credentials):
     assert claude.claude_credentials() is None

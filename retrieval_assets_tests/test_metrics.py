@@ -201,14 +201,23 @@ def test_cli_indexes_another_corpus_into_its_own_schema(pg_dsn, tmp_path, capsys
     from retrieval_assets import partitions
 
     assert cli.main(["index", "--corpus", str(CORPUS), "--dsn", pg_dsn]) == 0
+    capsys.readouterr()
     fixture_rows = conn.execute(sql.SQL("SELECT count(*) FROM {}.chunks").format(sql.Identifier(cli_schemas[0]))).fetchone()[0]
     own = tmp_path / "teas"
     own.mkdir()
     (own / "tea.md").write_text("# Green tea\n\nGreen tea is steeped at 70 to 80 degrees for two minutes.\n")
     mine = partitions.schema_name("hash", "cli", cli_schemas[0].removesuffix("cli_hash"), corpus="teas")
     try:
+        # one short file: its best support is far below the fixture's floor, so the default refuses ...
         assert cli.main(["answer", "green tea water temperature", "--corpus", str(own), "--dsn", pg_dsn]) == 0
-        assert "tea#000" in capsys.readouterr().out
+        out = capsys.readouterr().out
+        assert out.startswith("I cannot answer") and "tea#000" in out
+        # ... and a floor calibrated for this corpus answers, citing the source
+        assert cli.main(["answer", "green tea water temperature", "--corpus", str(own), "--dsn", pg_dsn, "--floor", "0.5"]) == 0
+        assert capsys.readouterr().out.startswith("Green tea is steeped at 70 to 80 degrees for two minutes. [1]")
+        for bad in ("nan", "-1", "inf"):
+            assert cli.main(["answer", "tea", "--corpus", str(own), "--dsn", pg_dsn, "--floor", bad]) == 2
+            assert "--floor must be a finite number of 0 or more" in capsys.readouterr().err
         assert conn.execute(sql.SQL("SELECT count(*) FROM {}.chunks").format(sql.Identifier(mine))).fetchone()[0] == 1
         assert conn.execute(sql.SQL("SELECT count(*) FROM {}.chunks").format(sql.Identifier(cli_schemas[0]))).fetchone()[0] == fixture_rows
     finally:

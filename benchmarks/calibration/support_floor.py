@@ -1,6 +1,8 @@
 """Calibrate answer.SUPPORT_FLOOR: the top LexicalReranker (BM25) score of each question's sources.
 
 Run: uv run python -m benchmarks.calibration.support_floor [--dsn DSN] [--schema bench_support_floor_hash] [--top-k 5]
+     [--corpus DIR --schema SCHEMA [--off-corpus FILE]]   # your own corpus: pass the floor it suggests as
+                                                          # `answer --floor` or the answers asset's support_floor
 
 Indexes the fixture corpus with the hash partition's embedder (HashEmbedder(256)) into its own
 schema (default ``bench_support_floor_hash``, common.bench_schema; store.sync, so a re-run
@@ -18,6 +20,7 @@ from __future__ import annotations
 import argparse
 import math
 import statistics
+from pathlib import Path
 
 import yaml
 
@@ -37,12 +40,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dsn", default=None, help="Postgres DSN (default: $RETRIEVAL_DSN, else the embedded server)")
     parser.add_argument("--schema", default=common.bench_schema("support_floor"))
     parser.add_argument("--top-k", type=int, default=answer.SOURCES.k)
+    parser.add_argument("--corpus", type=Path, default=common.CORPUS,
+                        help="corpus folder with golden.yaml (default: the fixture corpus); use a --schema of its own")
+    parser.add_argument("--off-corpus", type=Path, default=None,
+                        help="YAML list of questions the corpus cannot answer (default: the corpus's off_corpus.yaml, "
+                             "else the fixture's)")
     args = parser.parse_args(argv)
     schema = args.schema
 
-    documents = chunker.load_documents(common.CORPUS)
-    queries = golden.load_golden(common.CORPUS / "golden.yaml", documents)
-    off_corpus = yaml.safe_load((common.CORPUS / "off_corpus.yaml").read_text())
+    documents = chunker.load_documents(args.corpus)
+    queries = golden.load_golden(args.corpus / "golden.yaml", documents)
+    off_path = args.off_corpus or next(p for p in (args.corpus / "off_corpus.yaml", common.CORPUS / "off_corpus.yaml") if p.exists())
+    off_corpus = yaml.safe_load(off_path.read_text())
+    if not isinstance(off_corpus, list) or not off_corpus or not all(isinstance(q, str) and q.strip() for q in off_corpus):
+        parser.error(f"{off_path}: expected a non-empty YAML list of question strings")
     embedder = HashEmbedder(256)
     params = answer.SOURCES.with_(k=args.top_k)
 

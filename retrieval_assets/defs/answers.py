@@ -26,6 +26,7 @@ class AnswersConfig(dg.Config):
     answerer: str = "claude"  # "claude" (claude-agent-sdk, needs credentials) or "extractive" (offline)
     top_k: int = answer.SOURCES.k
     model: str | None = None  # Claude model; None: claude.MODEL
+    support_floor: float = answer.SUPPORT_FLOOR  # refuse below this support; calibrated on the fixture corpus
 
 
 def check_answerer(answerer: str) -> None:
@@ -59,12 +60,14 @@ def answers(context: dg.AssetExecutionContext, config: AnswersConfig, postgres: 
     check_answerer(config.answerer)
     if config.top_k < 1:
         raise dg.Failure(f"top_k must be at least 1, got {config.top_k}")
+    if not 0 <= config.support_floor < float("inf"):
+        raise dg.Failure(f"support_floor must be a finite number of 0 or more, got {config.support_floor}")
     if not config.questions or any(not q.strip() for q in config.questions):
         raise dg.Failure("questions must be a non-empty list of non-empty strings")
     key = context.partition_key
     params = answer.SOURCES.with_(k=config.top_k)
     meta: dict = {"answerer": config.answerer, "model": (config.model or claude.MODEL) if config.answerer == "claude" else "none",
-                  "support_floor": answer.SUPPORT_FLOOR, "questions": len(config.questions)}
+                  "support_floor": config.support_floor, "questions": len(config.questions)}
     rows = ["| # | question | answer | cited | uncited claims | refused | cost (USD) |", "|---|---|---|---|---|---|---|"]
     total, refused, start = 0.0, 0, time.perf_counter()
     with postgres.connect() as conn:
@@ -74,9 +77,9 @@ def answers(context: dg.AssetExecutionContext, config: AnswersConfig, postgres: 
             chunks, scores = [c for c, _ in found], [s for _, s in found]
             citations = tuple(c.chunk_id for c in chunks)
             if config.answerer == "extractive":
-                result = answer.extractive_answer(question, chunks, scores=scores)
+                result = answer.extractive_answer(question, chunks, scores=scores, floor=config.support_floor)
             else:
-                draft = answer.assemble(question, chunks, scores=scores)
+                draft = answer.assemble(question, chunks, scores=scores, floor=config.support_floor)
                 result = claude.run(question, draft, model=config.model)
             f = result.faithfulness
             cited = [citations[n - 1] for n in f.cited]
