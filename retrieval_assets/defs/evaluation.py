@@ -194,8 +194,13 @@ def embedder_comparison(context: dg.AssetExecutionContext, postgres: PostgresRes
                                           "comparison": dg.MetadataValue.md("\n".join(rows))})
 
 
-# Refresh the trend once after any eval_run partition is materialised (not while one is running).
-TREND_CONDITION = dg.AutomationCondition.any_deps_updated().since_last_handled() & ~dg.AutomationCondition.in_progress()
+# Refresh the trend after any eval_run partition is materialised (not while a refresh is running). The
+# update is remembered until the next request, not reset by eval_trend's own materialisation as
+# since_last_handled() does: with that, a second partition finishing while the first refresh ran was
+# dropped (the nightly tick's minilm run, 2026-12-04, left the trend without it).
+TREND_CONDITION = (dg.AutomationCondition.any_deps_updated().since(
+    dg.AutomationCondition.newly_requested() | dg.AutomationCondition.initial_evaluation())
+    & ~dg.AutomationCondition.in_progress())
 
 
 @dg.asset(
