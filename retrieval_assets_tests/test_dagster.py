@@ -377,16 +377,22 @@ def test_the_cli_diff_names_the_changed_queries(resource, capsys, monkeypatch):
     run(resource)
 
 
-def test_eval_trend_is_requested_after_an_eval_run_and_not_again(resource):
+def test_eval_trend_is_requested_after_every_eval_run_and_not_again(resource):
+    from retrieval_assets.defs.jobs import refresh_reports, reports_after_evaluation
+
     instance = dg.DagsterInstance.ephemeral()
-    graph = dg.Definitions(assets=ALL, resources={"postgres": resource, "corpus": CorpusResource()})
-    first = dg.evaluate_automation_conditions(defs=graph, instance=instance, asset_selection=dg.AssetSelection.assets("eval_trend"))
-    assert first.total_requested == 0  # nothing evaluated yet
+
+    def tick(cursor):
+        data = reports_after_evaluation.evaluate_tick(dg.build_sensor_context(instance=instance, cursor=cursor))
+        return data.run_requests, data.cursor
+
+    requests, cursor = tick(None)
+    assert requests == []  # nothing evaluated yet
     assert run(resource, instance=instance).success
-    after_eval = dg.evaluate_automation_conditions(defs=graph, instance=instance, asset_selection=dg.AssetSelection.assets("eval_trend"),
-                                                   cursor=first.cursor)
-    assert after_eval.total_requested == 1
+    requests, cursor = tick(cursor)
+    assert len(requests) == 1 and reports_after_evaluation.job_name == refresh_reports.name == "refresh_reports"
     assert run(resource, selection=["eval_trend"], partition=None, instance=instance).success
-    settled = dg.evaluate_automation_conditions(defs=graph, instance=instance, asset_selection=dg.AssetSelection.assets("eval_trend"),
-                                                cursor=after_eval.cursor)
-    assert settled.total_requested == 0
+    assert tick(cursor)[0] == []  # eval_trend's own run asks for nothing more
+    # an eval_run that lands after the request (the nightly tick's second partition) gets its own refresh
+    assert run(resource, instance=instance).success
+    assert len(tick(cursor)[0]) == 1

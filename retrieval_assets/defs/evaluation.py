@@ -194,20 +194,10 @@ def embedder_comparison(context: dg.AssetExecutionContext, postgres: PostgresRes
                                           "comparison": dg.MetadataValue.md("\n".join(rows))})
 
 
-# Refresh the trend after any eval_run partition is materialised (not while a refresh is running). The
-# update is remembered until the next request, not reset by eval_trend's own materialisation as
-# since_last_handled() does: with that, a second partition finishing while the first refresh ran was
-# dropped (the nightly tick's minilm run, 2026-12-04, left the trend without it).
-TREND_CONDITION = (dg.AutomationCondition.any_deps_updated().since(
-    dg.AutomationCondition.newly_requested() | dg.AutomationCondition.initial_evaluation())
-    & ~dg.AutomationCondition.in_progress())
-
-
 @dg.asset(
     kinds={"postgres", "python"},
     group_name="reports",
     deps=[dg.AssetDep("eval_run", partition_mapping=dg.AllPartitionMapping())],
-    automation_condition=TREND_CONDITION,
     description="Each partition's headline metrics (default pipeline) over its last runs on the corpus: a table and a "
     "PNG plot (matplotlib), from the eval_runs history. Off the main job (matplotlib costs seconds): the "
     "reports_after_evaluation sensor materialises it after any eval_run, or launch it on its own.",

@@ -30,9 +30,18 @@ def nightly_evaluation(context: dg.ScheduleEvaluationContext):
     return [dg.RunRequest(run_key=f"{key}-{context.scheduled_execution_time:%Y%m%d}", partition_key=key) for key in runnable]
 
 
-reports_after_evaluation = dg.AutomationConditionSensorDefinition(
-    "reports_after_evaluation",
-    target=dg.AssetSelection.groups("reports"),
-    default_status=dg.DefaultSensorStatus.RUNNING,
-    description="With the daemon running (dagster dev, or the daemon alone), refresh eval_trend after any eval_run.",
+refresh_reports = dg.define_asset_job(
+    "refresh_reports", selection=dg.AssetSelection.groups("reports"),
+    description="Refresh eval_trend from the eval_runs history (the reports group).",
 )
+
+
+@dg.asset_sensor(asset_key=dg.AssetKey("eval_run"), name="reports_after_evaluation", job=refresh_reports,
+                 default_status=dg.DefaultSensorStatus.RUNNING,
+                 description="With the daemon running (dagster dev, or the daemon alone), refresh eval_trend after any eval_run.")
+def reports_after_evaluation(context: dg.SensorEvaluationContext, asset_event: dg.EventLogEntry):
+    """One refresh per eval_run materialisation seen (the latest, when several landed between ticks; the
+    cursor is the latest event seen, so one that lands while a refresh runs gets a refresh of its own).
+    An automation condition (any_deps_updated().since_last_handled()) lost such an update: it resets on
+    the tick after a request, and the nightly tick's second partition finished in that window."""
+    return dg.RunRequest(run_key=f"eval_run-{asset_event.run_id or 'runless'}-{asset_event.timestamp}")
