@@ -47,6 +47,13 @@ def sources(conn: psycopg.Connection, retriever: Retriever, query: str, params: 
     return [(chunks[r.chunk_id], support[r.chunk_id]) for r in t.final if r.chunk_id in chunks]
 
 
+def check_floor(floor: float, name: str = "floor") -> float:
+    """``floor`` if it can be a support floor (a finite number, 0 or more), else ``ValueError`` naming ``name``."""
+    if not 0 <= floor < float("inf"):
+        raise ValueError(f"{name} must be a finite number of 0 or more, got {floor}")
+    return floor
+
+
 def supported(chunks: Sequence[Chunk], scores: Sequence[float] | None, *, min_support: int = 1, floor: float = SUPPORT_FLOOR) -> bool:
     """At least ``min_support`` chunks score ``floor`` or more (every chunk counts without scores)."""
     if scores is not None and len(scores) != len(chunks):

@@ -156,8 +156,10 @@ def _diagnose(conn, args, documents, chunks, out) -> None:
 def _answer(conn, args, documents, chunks, out) -> None:
     if not args.question.strip():
         raise UsageError("the question is empty")
-    if not 0 <= args.floor < float("inf"):
-        raise UsageError(f"--floor must be a finite number of 0 or more, got {args.floor}")
+    try:
+        answer.check_floor(args.floor, "--floor")
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
     params = _params(args)
     schema, embedder, _ = _index(conn, args, chunks)
     found = answer.sources(conn, pipeline.retriever(conn, schema, embedder, params), args.question, params)

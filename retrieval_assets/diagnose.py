@@ -163,8 +163,8 @@ def what_if(conn: psycopg.Connection, retriever: Retriever, golden: Sequence[Gol
         return WhatIf(fix, variant, tuple(sorted(misses & found)), tuple(sorted(base - found)), note)
 
     results = []
+    fusion = "RRF" if params.fusion == "rrf" else params.fusion
     for w in WEIGHT_GRID:
-        fusion = "RRF" if params.fusion == "rrf" else params.fusion
         results.append(outcome("hybrid-weights", f"{fusion} weights vector {w[0]:g}, lexical {w[1]:g}", hits(retriever, params.with_(weights=w), lists)))
         say(f"what-if {results[-1].variant}: rescued {len(results[-1].rescued)}, lost {len(results[-1].lost)}")
     embedder = retriever.embedder

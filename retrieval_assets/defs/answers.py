@@ -60,8 +60,10 @@ def answers(context: dg.AssetExecutionContext, config: AnswersConfig, postgres: 
     check_answerer(config.answerer)
     if config.top_k < 1:
         raise dg.Failure(f"top_k must be at least 1, got {config.top_k}")
-    if not 0 <= config.support_floor < float("inf"):
-        raise dg.Failure(f"support_floor must be a finite number of 0 or more, got {config.support_floor}")
+    try:
+        answer.check_floor(config.support_floor, "support_floor")
+    except ValueError as exc:
+        raise dg.Failure(str(exc)) from None
     if not config.questions or any(not q.strip() for q in config.questions):
         raise dg.Failure("questions must be a non-empty list of non-empty strings")
     key = context.partition_key
