@@ -41,7 +41,7 @@ def sources(conn: psycopg.Connection, retriever: Retriever, query: str, params: 
     over the pool (the seed reranker's score, what ``SUPPORT_FLOOR`` is calibrated on, whatever the
     pipeline's own rerank blend; a pipeline without rerank fetches its fused pool here)."""
     t = pipeline.run(conn, retriever, query, params)
-    chunks = t.chunks or {cid: row[0] for cid, row in pipeline.fetch(conn, retriever.schema, [r.chunk_id for r in t.reranked]).items()}
+    chunks = t.chunks or {cid: row[0] for cid, row in pipeline.fetch(conn, retriever.schema, [r.chunk_id for r in t.reranked], vectors=False).items()}
     pool = list(chunks.values())
     support = dict(zip([c.chunk_id for c in pool], LexicalReranker().scores(query, [c.text for c in pool]).tolist()))
     return [(chunks[r.chunk_id], support[r.chunk_id]) for r in t.final if r.chunk_id in chunks]

@@ -37,10 +37,14 @@ def _one_trip(conn: psycopg.Connection):
     read after the block). In autocommit with no transaction open, the statements before the
     pipeline's one Sync form one implicit transaction, so set_config(..., true) holds for the
     statements after it and ends with them, as in the ``_transaction`` it replaces; a connection
-    without autocommit and no transaction open still gets BEGIN and COMMIT of their own."""
+    without autocommit and no transaction open still gets BEGIN and COMMIT of their own. Inside a
+    pipeline of the caller's, the statements join its current batch (a nested pipeline would sync)."""
     if not (isinstance(conn, psycopg.Connection) and psycopg.Pipeline.is_supported()):
         with _transaction(conn):
             yield
+        return
+    if conn.pgconn.pipeline_status != pq.PipelineStatus.OFF:  # the caller's pipeline (pipeline.timeout): join its batch
+        yield
         return
     idle = conn.info.transaction_status == pq.TransactionStatus.IDLE
     with conn.transaction() if idle and not conn.autocommit else contextlib.nullcontext(), conn.pipeline():

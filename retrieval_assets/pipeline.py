@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import psycopg
+from psycopg import pq
 from psycopg.rows import dict_row
 
 from retrieval_assets import hybrid
@@ -79,13 +80,22 @@ def corpus_stats(conn: psycopg.Connection, schema: str) -> CorpusStats:
     return cached[1]
 
 
-def fetch(conn: psycopg.Connection, schema: str, chunk_ids: list[str]) -> dict[str, tuple[Chunk, np.ndarray]]:
-    """``{chunk_id: (Chunk, embedding)}`` for the ids present in ``schema.chunks``."""
+def fetch(conn: psycopg.Connection, schema: str, chunk_ids: list[str], *, vectors: bool = True) -> dict[str, tuple[Chunk, np.ndarray | None]]:
+    """``{chunk_id: (Chunk, embedding)}`` for the ids present in ``schema.chunks`` (embedding None when not ``vectors``)."""
+    return _send_fetch(conn, schema, chunk_ids, vectors)()
+
+
+def _send_fetch(conn: psycopg.Connection, schema: str, chunk_ids: list[str], vectors: bool):
+    """Execute ``fetch``'s statement; the function that reads its rows (in pipeline mode, after the caller's sync)."""
     # binary: vectors arrive as float32 bytes, not text to parse
-    with conn.cursor(binary=True, row_factory=dict_row) as cur:
-        rows = cur.execute(statement(schema, "SELECT {columns} FROM {chunks} WHERE chunk_id = ANY(%s)",
-                                     columns=column_list("embedding")), (chunk_ids,)).fetchall()
-    return {r["chunk_id"]: (chunk_of(r), r["embedding"].to_numpy()) for r in rows}
+    cur = conn.cursor(binary=True, row_factory=dict_row)
+    cur.execute(statement(schema, "SELECT {columns} FROM {chunks} WHERE chunk_id = ANY(%s)",
+                          columns=column_list(*(("embedding",) if vectors else ()))), (chunk_ids,))
+
+    def read() -> dict[str, tuple[Chunk, np.ndarray | None]]:
+        with cur:
+            return {r["chunk_id"]: (chunk_of(r), r["embedding"].to_numpy() if vectors else None) for r in cur.fetchall()}
+    return read
 
 
 class SearchTimeout(RuntimeError):
@@ -94,15 +104,55 @@ class SearchTimeout(RuntimeError):
 
 @contextmanager
 def timeout(conn: psycopg.Connection, ms: int):
-    """One transaction whose statements stop after ``ms`` milliseconds (0: no limit), raising ``SearchTimeout``."""
+    """The block's statements stop after ``ms`` milliseconds (0: no limit), raising ``SearchTimeout``.
+
+    On an idle autocommit connection whose libpq has pipeline mode the block runs in one pipeline:
+    the limit is set for the session with the block's first statements and put back to its
+    earlier value with its last, so neither costs a round trip (``_session_timeout``). Results of
+    statements sent inside can be read after the block. Any other connection gets one
+    transaction (a savepoint inside the caller's) and the limit local to the transaction, as before."""
     try:
-        with conn.transaction():
-            if ms:
-                conn.execute("SELECT set_config('statement_timeout', %s, true)", (str(ms),))
-            yield
+        if (isinstance(conn, psycopg.Connection) and psycopg.Pipeline.is_supported() and conn.autocommit
+                and conn.info.transaction_status == pq.TransactionStatus.IDLE):
+            with _session_timeout(conn, ms):
+                yield
+        else:
+            with conn.transaction():
+                if ms:
+                    conn.execute("SELECT set_config('statement_timeout', %s, true)", (str(ms),))
+                yield
     except psycopg.errors.QueryCanceled:
         raise SearchTimeout(f"a search statement ran past statement_timeout_ms={ms} and was cancelled "
                             "(RetrievalParams.statement_timeout_ms; 0 lifts the limit)") from None
+
+
+_RESTORE = "SELECT set_config('statement_timeout', %s, false)"
+
+
+@contextmanager
+def _session_timeout(conn: psycopg.Connection, ms: int):
+    """``timeout``'s pipeline: the session's statement_timeout read and set in the first batch, put back
+    in the last one, or (when the block fails) by a statement of its own after it. A first batch that
+    failed rolled its setting back with it (a setting is transactional)."""
+    before = None
+    try:
+        with conn.pipeline():
+            if ms:
+                before = conn.execute("SELECT current_setting('statement_timeout'), set_config('statement_timeout', %s, false)",
+                                      (str(ms),))
+            yield
+            if before is not None:
+                conn.execute(_RESTORE, (before.fetchone()[0],))
+                before = None
+    except BaseException:
+        if before is not None:
+            try:
+                row = before.fetchone()
+            except psycopg.Error:
+                row = None
+            if row is not None:
+                conn.execute(_RESTORE, (row[0],))
+        raise
 
 
 def run(conn: psycopg.Connection, retriever: Retriever, query: str, params: RetrievalParams = DEFAULT, *,
@@ -123,16 +173,21 @@ def run(conn: psycopg.Connection, retriever: Retriever, query: str, params: Retr
         vector_q = retriever.embedder.embed([query])[0]
     else:
         vector_q, vector, text = first_stage.query_vector, first_stage.vector, first_stage.text
+    rows = {} if rows is None else rows
+    read_rows = None
     with timeout(conn, params.statement_timeout_ms):
         if first_stage is None:
             vector, text = hybrid.first_stage(conn, retriever.schema, vector_q, query, params)
         fused = hybrid.fuse([vector, text], params)[: params.n]
         if retriever.reranker is None or not params.rerank or not fused:
             return Trace(vector_q, vector, text, fused, fused, fused[: params.k])
-        rows = {} if rows is None else rows
-        missing = [r.chunk_id for r in fused if r.chunk_id not in rows]
+        # MMR needs the pool's vectors; without it the fetch leaves them in Postgres
+        vectors = params.mmr_lambda is not None
+        missing = [r.chunk_id for r in fused if r.chunk_id not in rows or (vectors and rows[r.chunk_id][1] is None)]
         if missing:
-            rows.update(fetch(conn, retriever.schema, missing))
+            read_rows = _send_fetch(conn, retriever.schema, missing, vectors)  # read after COMMIT, in the same trip
+    if read_rows is not None:
+        rows.update(read_rows())
     pool = [rows[r.chunk_id][0] for r in fused if r.chunk_id in rows]
     chunks = {c.chunk_id: c for c in pool}
     evidence = {r.chunk_id: r.score for r in fused}

@@ -18,7 +18,7 @@ from retrieval_assets.defs import corpus as corpus_defs
 from retrieval_assets.defs import index as index_defs
 from retrieval_assets.defs.resources import CorpusResource, PostgresResource
 from retrieval_assets.embed import HashEmbedder
-from retrieval_assets.params import MAX_QUERY_CHARS, SEED
+from retrieval_assets.params import DEFAULT, MAX_QUERY_CHARS, SEED
 from retrieval_assets.rerank import LexicalReranker
 from retrieval_assets.types import Chunk, Document
 from retrieval_assets_tests.conftest import CORPUS
@@ -181,6 +181,26 @@ def test_a_ten_thousand_character_query_is_cut_and_answered(indexed, schema, cap
     with pytest.raises(pipeline.SearchTimeout, match="statement_timeout_ms=1"):
         pipeline.run(conn, retriever, "retrieval " * 60, SEED.with_(statement_timeout_ms=1, rerank=False))
     assert pipeline.run(conn, retriever, "bm25 saturation").final  # the connection is fine afterwards
+
+
+def test_the_statement_timeout_is_put_back_after_a_run_and_after_a_timeout(indexed, schema):
+    """The limit is set for the session inside the run's pipeline: the caller's own value comes back."""
+    conn, embedder, _ = indexed
+    retriever = pipeline.Retriever(schema, embedder, LexicalReranker())
+    conn.execute("SET statement_timeout = '7s'")
+    try:
+        for p in (DEFAULT, SEED, SEED.with_(rerank=False), DEFAULT.with_(statement_timeout_ms=0)):
+            assert pipeline.run(conn, retriever, "bm25 saturation", p).final
+            assert conn.execute("SHOW statement_timeout").fetchone()[0] == "7s"
+        with pytest.raises(pipeline.SearchTimeout):
+            pipeline.run(conn, retriever, "retrieval " * 60, SEED.with_(statement_timeout_ms=1, rerank=False))
+        assert conn.execute("SHOW statement_timeout").fetchone()[0] == "7s"
+        # inside a transaction of the caller's the limit is local to that transaction (SET LOCAL), as before
+        with conn.transaction():
+            assert pipeline.run(conn, retriever, "bm25 saturation", SEED).final
+        assert conn.execute("SHOW statement_timeout").fetchone()[0] == "7s"
+    finally:
+        conn.execute("RESET statement_timeout")
 
 
 # 5. YAML -----------------------------------------------------------------------------------------

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from psycopg import pq
 
 from retrieval_assets import bm25, hybrid, pg, pipeline, tsquery
-from retrieval_assets.params import SEED, RetrievalParams, limit_query
+from retrieval_assets.params import DEFAULT, SEED, RetrievalParams, limit_query
 from retrieval_assets.tables import statement
 from retrieval_assets.types import Hit
 from retrieval_assets_tests.test_hybrid import HOSTILE, Spy
@@ -192,3 +192,31 @@ def test_a_connection_without_autocommit_is_left_as_before(indexed, schema, pg_d
         assert vector_hits and text_hits
         assert conn.info.transaction_status == pq.TransactionStatus.IDLE  # committed, as conn.transaction() did
         assert conn.execute("SHOW hnsw.ef_search").fetchone()[0] == "40"
+
+
+def _lists(trace):
+    return [trace.vector, trace.text, trace.fused, trace.reranked, trace.final, sorted(trace.chunks)]
+
+
+def test_a_pipeline_run_is_two_round_trips_with_ts_rank_cd_and_three_with_bm25(indexed, schema, golden, tmp_path, monkeypatch):
+    """BEGIN and the statement timeout go with the first-stage statements, COMMIT with the pool's fetch
+    (was 5 and 6: BEGIN, set_config, the first stage, the fetch and COMMIT each a trip); same lists."""
+    conn, embedder, _ = indexed
+    # psycopg prepares a statement on its sixth use and drops the least used past 100 (a trip each);
+    # the count here is the steady state, without either
+    monkeypatch.setattr(conn, "prepare_threshold", None)
+    cases = [(SEED, 2), (DEFAULT, 3)]  # SEED: ts_rank_cd + MMR (the pool's vectors fetched); DEFAULT: bm25, no MMR
+    retrievers = {p: pipeline.retriever(conn, schema, embedder, p) for p, _ in cases}
+    traces = {}
+    for q in golden[:8]:
+        for p, expected in cases:
+            got = []
+            assert trips(conn, tmp_path, lambda: got.append(pipeline.run(conn, retrievers[p], q.query, p))) == expected, (q.query, p.lexical)
+            traces[q.query, p.lexical] = got[0]
+    assert conn.info.transaction_status == pq.TransactionStatus.IDLE
+    monkeypatch.setattr(pipeline.psycopg.Pipeline, "is_supported", classmethod(lambda cls: False))  # the statements one by one
+    for q in golden[:8]:
+        for p, _ in cases:
+            old = []
+            assert trips(conn, tmp_path, lambda: old.append(pipeline.run(conn, retrievers[p], q.query, p))) >= 5
+            assert _lists(old[0]) == _lists(traces[q.query, p.lexical]), q.query
