@@ -19,7 +19,7 @@ from psycopg import pq
 
 from retrieval_assets.bm25 import as_hits, bm25_search, send_bm25
 from retrieval_assets.embed import Embedder
-from retrieval_assets.params import DEFAULT, EF_SEARCH_MAX, RetrievalParams, limit_query
+from retrieval_assets.params import DEFAULT, EF_SEARCH_MAX, RetrievalParams, hnsw_ef_search, limit_query
 from retrieval_assets.tables import statement
 from retrieval_assets.tsquery import PARSED, clean
 from retrieval_assets.types import Hit, Ranked
@@ -57,7 +57,7 @@ def _send_vector(conn: psycopg.Connection, schema: str, vector: np.ndarray, n: i
         raise ValueError(f"ef_search must be at least 1, got {ef_search}")
     if n < 1 or not np.any(vector):
         return None
-    conn.execute("SELECT set_config('hnsw.ef_search', %s, true)", (str(min(max(ef_search or n, 40), EF_SEARCH_MAX)),))
+    conn.execute("SELECT set_config('hnsw.ef_search', %s, true)", (str(hnsw_ef_search(n, ef_search)),))
     if n > EF_SEARCH_MAX:  # pgvector 0.8: keep scanning the graph until n rows pass
         conn.execute("SELECT set_config('hnsw.iterative_scan', 'strict_order', true)")
         conn.execute("SELECT set_config('hnsw.max_scan_tuples', %s, true)", (str(max(20_000, 4 * n)),))

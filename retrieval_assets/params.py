@@ -100,6 +100,11 @@ def named(name: str) -> RetrievalParams:
         raise ValueError(f"unknown pipeline {name!r} (known: {', '.join(PIPELINES)})") from None
 
 
+def hnsw_ef_search(n: int, ef_search: int | None = None) -> int:
+    """The ``hnsw.ef_search`` a vector search of ``n`` results runs with: ``ef_search`` (None: ``n``) within 40..EF_SEARCH_MAX."""
+    return min(max(ef_search or n, 40), EF_SEARCH_MAX)
+
+
 def limit_query(query: str) -> str:
     """``query`` cut to ``MAX_QUERY_CHARS`` characters and ``MAX_QUERY_TERMS`` terms (unchanged when shorter)."""
     cut = query[:MAX_QUERY_CHARS]

@@ -19,8 +19,9 @@ _PG_TYPES = {"str": "text", "int": "int4"}  # Chunk's annotations (strings under
 # Postgres type of each Chunk field, in field order.
 CHUNK_COLUMNS: dict[str, str] = {f.name: _PG_TYPES[str(f.type)] for f in fields(Chunk)}
 
-# Every table a partition's schema holds: the chunks and the BM25 statistics kept beside them.
-TABLES = ("chunks", "chunk_lengths", "chunk_terms", "term_df", "bm25_stats")
+# Every table a partition's schema holds: the chunks and the BM25 statistics kept beside them;
+# vector_index: the one row saying which vector search the table got after its last bulk load (store.choose_vector_index).
+TABLES = ("chunks", "chunk_lengths", "chunk_terms", "term_df", "bm25_stats", "vector_index")
 
 
 def column_list(*extra: str, prefix: str = "") -> sql.Composed:

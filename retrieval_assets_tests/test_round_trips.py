@@ -198,15 +198,24 @@ def _lists(trace):
     return [trace.vector, trace.text, trace.fused, trace.reranked, trace.final, sorted(trace.chunks)]
 
 
-def test_a_pipeline_run_is_two_round_trips_with_ts_rank_cd_and_three_with_bm25(indexed, schema, golden, tmp_path, monkeypatch):
-    """BEGIN and the statement timeout go with the first-stage statements, COMMIT with the pool's fetch
-    (was 5 and 6: BEGIN, set_config, the first stage, the fetch and COMMIT each a trip); same lists."""
-    conn, embedder, _ = indexed
+def test_a_pipeline_run_is_two_round_trips_with_ts_rank_cd_and_three_with_bm25(indexed, schema, golden, tmp_path, monkeypatch, pg_dsn):
+    """The statement timeout is set with the first-stage statements and put back with the pool's fetch
+    (was 5 and 6: BEGIN, set_config, the first stage, the fetch and COMMIT each a trip); same lists.
+    On an idle autocommit connection, as pg.connect opens them (others keep the transaction)."""
+    _, embedder, _ = indexed
+    with pg.connect(pg_dsn) as conn:
+        assert conn.autocommit
+        _run_trips(conn, embedder, schema, golden, tmp_path, monkeypatch)
+
+
+def _run_trips(conn, embedder, schema, golden, tmp_path, monkeypatch):
     # psycopg prepares a statement on its sixth use and drops the least used past 100 (a trip each);
     # the count here is the steady state, without either
     monkeypatch.setattr(conn, "prepare_threshold", None)
     cases = [(SEED, 2), (DEFAULT, 3)]  # SEED: ts_rank_cd + MMR (the pool's vectors fetched); DEFAULT: bm25, no MMR
     retrievers = {p: pipeline.retriever(conn, schema, embedder, p) for p, _ in cases}
+    for p, _ in cases:  # a new connection's first statements can look types up, a trip each, once
+        pipeline.run(conn, retrievers[p], golden[-1].query, p)
     traces = {}
     for q in golden[:8]:
         for p, expected in cases:

@@ -286,3 +286,73 @@ def test_sync_and_upsert_embed_in_batches_as_they_write(table, schema):
     e.calls.clear()
     store.upsert(table, schema, make_chunks("b", [f"other {i}" for i in range(70)]), e, batch=64)
     assert e.calls == [64, 6]
+
+
+class GaussianEmbedder(HashEmbedder):
+    """Independent Gaussian vectors per text (seeded by the text): the hard case for a graph index."""
+
+    def embed(self, texts):
+        return np.stack([np.random.default_rng(abs(hash(t)) % 2**32).standard_normal(self.dims).astype(np.float32) for t in texts])
+
+
+def exact_recall(conn, schema, embedder, k=10, sample=store.RECALL_SAMPLE):
+    """vector_recall's figure the slow way: every query's exact and planned lists from Postgres."""
+    texts = [t for (t,) in conn.execute(statement(schema, "SELECT text FROM {chunks} ORDER BY hashtext(chunk_id), chunk_id LIMIT %s"),
+                                        (sample,))]
+    search = statement(schema, "SELECT embedding <=> %(q)s FROM {chunks} ORDER BY embedding <=> %(q)s LIMIT %(k)s")
+    hits = 0
+    for vector in embedder.embed([store.query_words(t) for t in texts]):
+        with conn.transaction():
+            conn.execute("SET LOCAL enable_indexscan = off")
+            conn.execute("SET LOCAL enable_seqscan = on")
+            truth = [d for (d,) in conn.execute(search, {"q": vector, "k": k}).fetchall()]
+        with conn.transaction():
+            conn.execute("SELECT set_config('hnsw.ef_search', '50', true)")
+            found = [d for (d,) in conn.execute(search, {"q": vector, "k": k}).fetchall()]
+        hits += sum(1 for d in found if d <= truth[-1] + 1e-6)
+    return hits / (k * len(texts))
+
+
+def test_the_vector_index_is_kept_only_when_its_recall_reaches_the_target(table, schema, monkeypatch, caplog):
+    chunks = make_chunks("g", [f"topic{i % 50} note{i} item{i * 7 % 13}" for i in range(2_000)])
+    monkeypatch.setattr(store, "BULK_MIN", 1)
+    # the planner must use the graph at this size, as it does at 100k: else every search is exact
+    table.execute("SET enable_seqscan = off")
+    try:
+        with caplog.at_level("INFO", logger="retrieval_assets.store"):
+            store.sync(table, schema, chunks, GaussianEmbedder(), recall_target=0.0)
+        kept = store.vector_index(table, schema)
+        assert kept.kind == "hnsw" and kept.sample == store.RECALL_SAMPLE and kept.ef_search == 50
+        assert kept.recall == pytest.approx(exact_recall(table, schema, GaussianEmbedder()))  # numpy's exact lists equal Postgres'
+        assert kept.recall < 1.0  # approximate on independent 256-d vectors (measured 0.97-0.99 at 2,000)
+        assert "HNSW kept" in caplog.text
+        assert any("chunks_embedding_hnsw" in d for d in indexdefs(table, schema))
+
+        # a target above what it measures: the graph is dropped, every search exact, and create() leaves it out
+        with table.transaction():
+            chosen = store.choose_vector_index(table, schema, GaussianEmbedder(), target=1.0)
+        assert chosen.kind == "exact" and chosen.recall == pytest.approx(kept.recall)
+        assert f"HNSW recall@10 {kept.recall:.3f}" in chosen.reason and "below 1.0" in chosen.reason
+        assert not any("chunks_embedding_hnsw" in d for d in indexdefs(table, schema))
+        store.create(table, schema, 256)
+        assert not any("chunks_embedding_hnsw" in d for d in indexdefs(table, schema))
+        assert store.vector_index(table, schema) == chosen
+        assert store.vector_recall(table, schema, GaussianEmbedder()) == (1.0, store.RECALL_SAMPLE)  # exact scan: the exact lists
+
+        # the next bulk load builds the graph again and checks it afresh
+        store.sync(table, schema, [], GaussianEmbedder(), allow_shrink=True)
+        store.sync(table, schema, chunks, GaussianEmbedder(), recall_target=0.0)
+        assert store.vector_index(table, schema).kind == "hnsw"
+        assert any("chunks_embedding_hnsw" in d for d in indexdefs(table, schema))
+    finally:
+        table.execute("RESET enable_seqscan")
+
+
+@pytest.mark.parametrize("target", [-0.1, 1.5, "0.9", float("nan")])
+def test_a_recall_target_outside_zero_to_one_is_refused_before_anything_changes(table, schema, target):
+    before = indexdefs(table, schema)
+    with pytest.raises(ValueError, match="recall_target must be a number within \\[0, 1\\]"):
+        store.sync(table, schema, make_chunks("a", ["one", "two"]), HashEmbedder(), recall_target=target)
+    with pytest.raises(ValueError, match="recall_target must be a number within \\[0, 1\\]"):
+        store.choose_vector_index(table, schema, HashEmbedder(), target)
+    assert store.count(table, schema) == 0 and indexdefs(table, schema) == before and store.vector_index(table, schema) is None
