@@ -39,6 +39,7 @@ _INCOMING = sql.Identifier("pg_temp", "incoming")  # sync's staging table, dropp
 RECALL_TARGET = 0.95  # recall@10 against exact search the HNSW index must keep, checked after each bulk load
 RECALL_SAMPLE = 50  # the table's own chunks whose words make that check's queries
 QUERY_WORDS = 4  # words of a chunk in one such query
+PROBE_ROWS = 20_000  # a bulk load of twice this many rows first checks a graph over this many (choose_vector_index)
 _WORD = re.compile(r"[^\W\d_][\w'-]*")
 _HNSW = "CREATE INDEX IF NOT EXISTS chunks_embedding_hnsw ON {chunks} USING hnsw (embedding vector_cosine_ops)"
 
@@ -281,6 +282,8 @@ def _bulk(conn: psycopg.Connection, schema: str, chunks: Sequence[Chunk], embedd
     bm25.index_terms(conn, schema)
     phases["postings_key_and_df"] = time.perf_counter() - mark
     for name, definition in defs:  # pg_indexes qualifies the table by its schema
+        if name == "chunks_embedding_hnsw" and recall_target is not None:
+            continue  # built, or not, by choose_vector_index below
         mark = time.perf_counter()
         conn.execute(sql.SQL(definition))
         phases[name] = time.perf_counter() - mark
@@ -288,9 +291,7 @@ def _bulk(conn: psycopg.Connection, schema: str, chunks: Sequence[Chunk], embedd
     bm25.analyze(conn, schema)
     phases["analyze"] = time.perf_counter() - mark
     if recall_target is not None:
-        mark = time.perf_counter()
-        choose_vector_index(conn, schema, embedder, recall_target)
-        phases["vector_index_check"] = time.perf_counter() - mark
+        choose_vector_index(conn, schema, embedder, recall_target, phases=phases)
     log.info("bulk load of %d chunks: %s", len(chunks), ", ".join(f"{k} {v:.1f} s" for k, v in phases.items()),
              extra={"phases": phases})
     return SyncReport(inserted=len(chunks), updated=0, deleted=0, unchanged=0, embedded=len(chunks))
@@ -401,24 +402,67 @@ def _vector_recall(conn: psycopg.Connection, schema: str, embedder: Embedder, sa
 
 
 def choose_vector_index(conn: psycopg.Connection, schema: str, embedder: Embedder, target: float = RECALL_TARGET, *,
-                        sample: int = RECALL_SAMPLE) -> VectorIndex:
-    """Check the HNSW index of ``schema.chunks`` (built first if missing) with ``vector_recall`` and keep it
-    when its recall@10 reaches ``target``; else drop it, so that every vector search scans the table
-    exactly (recall 1 at the cost of a scan). The choice is recorded in ``vector_index`` (``create``
-    then builds no graph for the table) and logged with its reason. Run inside a transaction.
+                        sample: int = RECALL_SAMPLE, phases: dict[str, float] | None = None) -> VectorIndex:
+    """Keep an HNSW index on ``schema.chunks`` only when its recall@10 (``vector_recall``) reaches
+    ``target``; else drop it, so that every vector search scans the table exactly (recall 1 at the
+    cost of a scan). A table of at least ``2 * PROBE_ROWS`` rows without a graph is probed first: a
+    graph over ``PROBE_ROWS`` of its rows (a temporary table) is checked the same way, and when it
+    misses the target the full graph is not built, since a graph's recall at a fixed ef_search
+    only falls as it grows. The choice is recorded in ``vector_index`` (``create`` then builds no
+    graph for the table) and logged with its reason; ``phases`` gets the seconds of the probe, the
+    build and the check. Run inside a transaction.
     """
     _check_target(target)
-    conn.execute(statement(schema, _HNSW))
-    recall, queries = vector_recall(conn, schema, embedder, sample=sample)
+    phases = {} if phases is None else phases
     ef = hnsw_ef_search(DEFAULT.n, DEFAULT.ef_search)
-    measured = f"HNSW recall@10 {recall:.3f} against exact search at ef_search {ef}, {queries} queries of {QUERY_WORDS} words from the table's chunks"
+    about = f"at ef_search {ef}, {{queries}} queries of {QUERY_WORDS} words from the table's chunks"
+    rows = count(conn, schema)
+    if rows >= 2 * PROBE_ROWS and not _has_graph(conn, schema):
+        mark = time.perf_counter()
+        recall, queries = _probe(conn, schema, embedder, sample)
+        phases["vector_index_probe"] = time.perf_counter() - mark
+        if recall < target:
+            choice = VectorIndex("exact", recall, queries, ef,
+                                 f"HNSW recall@10 {recall:.3f} on a graph of {PROBE_ROWS:,} of the table's {rows:,} rows, "
+                                 f"{about.format(queries=queries)}: below {target}, and lower still at full size; "
+                                 "no graph built, vector search scans the table exactly")
+            return _record(conn, schema, choice)
+    mark = time.perf_counter()
+    conn.execute(statement(schema, _HNSW))
+    phases["chunks_embedding_hnsw"] = time.perf_counter() - mark
+    mark = time.perf_counter()
+    recall, queries = vector_recall(conn, schema, embedder, sample=sample)
+    phases["vector_index_check"] = time.perf_counter() - mark
+    measured = f"HNSW recall@10 {recall:.3f} against exact search {about.format(queries=queries)}"
     if recall >= target:
-        choice = VectorIndex("hnsw", recall, queries, ef, f"{measured}: at least {target}, HNSW kept")
-        log.info("%s: %s", schema, choice.reason)
-    else:
-        conn.execute(sql.SQL("DROP INDEX {}").format(sql.Identifier(schema, "chunks_embedding_hnsw")))
-        choice = VectorIndex("exact", recall, queries, ef, f"{measured}: below {target}, HNSW dropped; vector search scans the table exactly")
-        log.warning("%s: %s", schema, choice.reason)
+        return _record(conn, schema, VectorIndex("hnsw", recall, queries, ef, f"{measured}: at least {target}, HNSW kept"))
+    conn.execute(sql.SQL("DROP INDEX {}").format(sql.Identifier(schema, "chunks_embedding_hnsw")))
+    return _record(conn, schema, VectorIndex("exact", recall, queries, ef,
+                                             f"{measured}: below {target}, HNSW dropped; vector search scans the table exactly"))
+
+
+def _has_graph(conn: psycopg.Connection, schema: str) -> bool:
+    return conn.execute("SELECT EXISTS (SELECT 1 FROM pg_indexes WHERE schemaname = %s AND indexname = 'chunks_embedding_hnsw')",
+                        (schema,)).fetchone()[0]
+
+
+def _probe(conn: psycopg.Connection, schema: str, embedder: Embedder, sample: int) -> tuple[float, int]:
+    """``vector_recall`` of a graph over ``PROBE_ROWS`` rows of the table (by hash of chunk_id), built in a
+    temporary table ``pg_temp.chunks`` that is dropped afterwards."""
+    probe = "pg_temp"
+    conn.execute(statement(probe, "DROP TABLE IF EXISTS {chunks}"))
+    conn.execute(sql.SQL("CREATE TEMP TABLE chunks AS SELECT chunk_id, text, embedding FROM {} ORDER BY hashtext(chunk_id), chunk_id LIMIT {}")
+                 .format(sql.Identifier(schema, "chunks"), sql.Literal(PROBE_ROWS)))
+    conn.execute(statement(probe, _HNSW))
+    conn.execute(statement(probe, "ANALYZE {chunks}"))
+    try:
+        return vector_recall(conn, probe, embedder, sample=sample)
+    finally:
+        conn.execute(statement(probe, "DROP TABLE {chunks}"))
+
+
+def _record(conn: psycopg.Connection, schema: str, choice: VectorIndex) -> VectorIndex:
+    (log.info if choice.kind == "hnsw" else log.warning)("%s: %s", schema, choice.reason)
     conn.execute(statement(schema, "DELETE FROM {vector_index}"))
     conn.execute(statement(schema, "INSERT INTO {vector_index} (kind, recall, sample, ef_search, reason) VALUES (%s, %s, %s, %s, %s)"),
                  (choice.kind, choice.recall, choice.sample, choice.ef_search, choice.reason))

@@ -2,6 +2,7 @@
 
 import threading
 import time
+import zlib
 
 import numpy as np
 import psycopg
@@ -292,7 +293,7 @@ class GaussianEmbedder(HashEmbedder):
     """Independent Gaussian vectors per text (seeded by the text): the hard case for a graph index."""
 
     def embed(self, texts):
-        return np.stack([np.random.default_rng(abs(hash(t)) % 2**32).standard_normal(self.dims).astype(np.float32) for t in texts])
+        return np.stack([np.random.default_rng(zlib.crc32(t.encode())).standard_normal(self.dims).astype(np.float32) for t in texts])
 
 
 def exact_recall(conn, schema, embedder, k=10, sample=store.RECALL_SAMPLE):
@@ -324,7 +325,7 @@ def test_the_vector_index_is_kept_only_when_its_recall_reaches_the_target(table,
         kept = store.vector_index(table, schema)
         assert kept.kind == "hnsw" and kept.sample == store.RECALL_SAMPLE and kept.ef_search == 50
         assert kept.recall == pytest.approx(exact_recall(table, schema, GaussianEmbedder()))  # numpy's exact lists equal Postgres'
-        assert kept.recall < 1.0  # approximate on independent 256-d vectors (measured 0.97-0.99 at 2,000)
+        assert kept.recall < 1.0  # approximate on independent 256-d vectors (0.97-0.99 at 2,000: the build is random)
         assert "HNSW kept" in caplog.text
         assert any("chunks_embedding_hnsw" in d for d in indexdefs(table, schema))
 
@@ -343,6 +344,24 @@ def test_the_vector_index_is_kept_only_when_its_recall_reaches_the_target(table,
         store.sync(table, schema, [], GaussianEmbedder(), allow_shrink=True)
         store.sync(table, schema, chunks, GaussianEmbedder(), recall_target=0.0)
         assert store.vector_index(table, schema).kind == "hnsw"
+        assert any("chunks_embedding_hnsw" in d for d in indexdefs(table, schema))
+
+        # a table of twice PROBE_ROWS is probed first: a graph over PROBE_ROWS of its rows that misses
+        # the target means no full graph is built at all
+        more = make_chunks("g", [f"topic{i % 50} note{i} item{i * 7 % 13}" for i in range(4_000)])
+        monkeypatch.setattr(store, "PROBE_ROWS", 2_000)  # a graph of 2,000 of these measures 0.97-0.99
+        store.sync(table, schema, [], GaussianEmbedder(), allow_shrink=True)
+        caplog.clear()
+        store.sync(table, schema, more, GaussianEmbedder(), recall_target=1.0)
+        probed = store.vector_index(table, schema)
+        assert probed.kind == "exact" and probed.recall < 1.0 and "graph of 2,000 of the table's 4,000 rows" in probed.reason
+        assert "no graph built" in caplog.text
+        assert not any("chunks_embedding_hnsw" in d for d in indexdefs(table, schema))
+        assert table.execute("SELECT to_regclass('pg_temp.chunks')").fetchone()[0] is None  # the probe's table is gone
+        # a probe that reaches the target goes on to the full graph and its own check
+        store.sync(table, schema, [], GaussianEmbedder(), allow_shrink=True)
+        store.sync(table, schema, more, GaussianEmbedder(), recall_target=0.0)
+        assert store.vector_index(table, schema).kind == "hnsw" and "graph of" not in store.vector_index(table, schema).reason
         assert any("chunks_embedding_hnsw" in d for d in indexdefs(table, schema))
     finally:
         table.execute("RESET enable_seqscan")
