@@ -22,9 +22,9 @@ import psycopg
 from psycopg import pq
 from psycopg.rows import dict_row
 
-from retrieval_assets import hybrid
+from retrieval_assets import hybrid, store
 from retrieval_assets.embed import Embedder
-from retrieval_assets.params import DEFAULT, MAX_QUERY_CHARS, MAX_QUERY_TERMS, RetrievalParams, limit_query
+from retrieval_assets.params import DEFAULT, MAX_QUERY_CHARS, MAX_QUERY_TERMS, RetrievalParams, hnsw_ef_search, limit_query
 from retrieval_assets.rerank import CorpusStats, LexicalReranker, Reranker, blend, mmr
 from retrieval_assets.tables import chunk_of, column_list, statement
 from retrieval_assets.types import Chunk, Hit, Ranked
@@ -40,6 +40,7 @@ class Retriever:
     schema: str
     embedder: Embedder
     reranker: Reranker | None = None
+    ef_search: int | None = None  # the least hnsw.ef_search the table's graph reaches its recall target at (store.vector_index)
 
 
 @dataclass(frozen=True)
@@ -58,10 +59,12 @@ class Trace:
 def retriever(conn: psycopg.Connection, schema: str, embedder: Embedder, params: RetrievalParams = DEFAULT, *,
               reranker: Reranker | None = None) -> Retriever:
     """The retriever ``params`` asks for: ``reranker`` when given, else the BM25 ``LexicalReranker`` with the
-    pool's idf or (``params.rerank_idf == "corpus"``) the idf of every chunk in ``schema`` (``corpus_stats``)."""
+    pool's idf or (``params.rerank_idf == "corpus"``) the idf of every chunk in ``schema`` (``corpus_stats``); with the
+    ef_search the table's graph was chosen at after its last bulk load (``store.choose_vector_index``), if any."""
     if reranker is None:
         reranker = LexicalReranker(corpus=corpus_stats(conn, schema) if params.rerank_idf == "corpus" else None)
-    return Retriever(schema, embedder, reranker)
+    chosen = store.vector_index(conn, schema)
+    return Retriever(schema, embedder, reranker, chosen.ef_search if chosen is not None and chosen.kind == "hnsw" else None)
 
 
 _STATS: dict[tuple, tuple[tuple, CorpusStats]] = {}  # (server, database, schema) -> (fingerprint, stats), per process
@@ -169,6 +172,8 @@ def run(conn: psycopg.Connection, retriever: Retriever, query: str, params: Retr
         log.info("query cut from %d to %d characters (limits: %d characters, %d terms)", len(query), len(limited),
                  MAX_QUERY_CHARS, MAX_QUERY_TERMS)
         query = limited
+    if retriever.ef_search and hnsw_ef_search(params.n, params.ef_search) < retriever.ef_search:
+        params = params.with_(ef_search=retriever.ef_search)  # the table's floor: below it the graph misses its recall target
     if first_stage is None:
         vector_q = retriever.embedder.embed([query])[0]
     else:

@@ -40,6 +40,7 @@ RECALL_TARGET = 0.95  # recall@10 against exact search the HNSW index must keep,
 RECALL_SAMPLE = 50  # the table's own chunks whose words make that check's queries
 QUERY_WORDS = 4  # words of a chunk in one such query
 PROBE_ROWS = 20_000  # a bulk load of twice this many rows first checks a graph over this many (choose_vector_index)
+EF_LADDER = (None, 100, 200, 400)  # the hnsw.ef_search values tried, cheapest first (None: the pipeline's, for DEFAULT.n)
 _WORD = re.compile(r"[^\W\d_][\w'-]*")
 _HNSW = "CREATE INDEX IF NOT EXISTS chunks_embedding_hnsw ON {chunks} USING hnsw (embedding vector_cosine_ops)"
 
@@ -60,7 +61,7 @@ class VectorIndex:
     kind: str  # "hnsw" (the graph index) or "exact" (no vector index: every search scans the table)
     recall: float | None  # the HNSW index's recall@10 against exact search when it was checked
     sample: int  # the queries (words of the table's own chunks)
-    ef_search: int  # the hnsw.ef_search it was checked at (the pipeline's)
+    ef_search: int  # hnsw: the least ef_search searches use (the first of EF_LADDER that reached the target); exact: the top one tried
     reason: str
 
 
@@ -344,7 +345,10 @@ def _check_target(target: float | None) -> None:
 
 
 def vector_index(conn: psycopg.Connection, schema: str) -> VectorIndex | None:
-    """The vector search chosen for ``schema.chunks`` at its last check, or None (never checked)."""
+    """The vector search chosen for ``schema.chunks`` at its last check, or None (never checked, or a
+    table made before the check existed)."""
+    if conn.execute("SELECT to_regclass(%s) IS NULL", (sql.Identifier(schema, "vector_index").as_string(conn),)).fetchone()[0]:
+        return None
     row = conn.execute(statement(schema, """SELECT kind, recall, sample, ef_search, reason FROM {vector_index}
                                            ORDER BY checked_at DESC LIMIT 1""")).fetchone()
     return VectorIndex(*row) if row else None
@@ -361,84 +365,96 @@ def query_words(text: str, words: int = QUERY_WORDS) -> str:
 def vector_recall(conn: psycopg.Connection, schema: str, embedder: Embedder, *, sample: int = RECALL_SAMPLE, k: int = 10,
                   ef_search: int | None = DEFAULT.ef_search) -> tuple[float, int]:
     """(recall@k, queries) of the vector search as the pipeline runs it (``hnsw.ef_search`` for a pool of
-    ``DEFAULT.n``; the planner free to pick the index) against exact search. The queries are made of
-    the table's own chunks: ``query_words`` of ``sample`` chunks in a fixed order (by hash of
-    chunk_id), embedded by ``embedder``; short, like users' queries (a chunk's whole vector as the
-    query is easier: recall 0.97 against 0.69 for keyword queries on 5,000 hash vectors,
-    benchmarks/guards/bench_vector_index.py). A result counts when its distance is within the
-    exact k-th distance (equal vectors are not misses). Exact search runs in numpy over the table,
-    streamed in batches.
+    ``DEFAULT.n``, or ``ef_search``; the planner free to pick the index) against exact search. The
+    queries are made of the table's own chunks: ``query_words`` of ``sample`` chunks in a fixed
+    order (by hash of chunk_id), embedded by ``embedder``; short, like users' queries (a chunk's
+    whole vector as the query is easier: recall 0.97 against 0.69 for keyword queries on 5,000 hash
+    vectors, benchmarks/guards/bench_vector_index.py). A result counts when its distance is within
+    the exact k-th distance (equal vectors are not misses). Exact search runs in numpy over the
+    table, streamed in batches.
     """
-    with conn.transaction():  # the setting below is local to it; the scan's server-side cursor needs one
-        return _vector_recall(conn, schema, embedder, sample, k, ef_search)
+    ef = hnsw_ef_search(DEFAULT.n, ef_search)
+    recalls, queries = _ladder_recall(conn, schema, embedder, sample, k, [ef])
+    return recalls[ef], queries
 
 
-def _vector_recall(conn: psycopg.Connection, schema: str, embedder: Embedder, sample: int, k: int,
-                   ef_search: int | None) -> tuple[float, int]:
-    texts = [t for (t,) in conn.execute(statement(schema, """SELECT text FROM {chunks} WHERE embedding IS NOT NULL
-                                                           ORDER BY hashtext(chunk_id), chunk_id LIMIT %s"""), (sample,))]
-    queries = [q for q in (query_words(t) for t in texts) if q]
-    vectors = np.asarray(embedder.embed(queries), dtype=np.float32) if queries else np.zeros((0, 1), np.float32)
-    keep = np.linalg.norm(vectors, axis=1) > 0  # a query of words the embedder maps to zero searches nothing
-    vectors = vectors[keep]
-    if not len(vectors):
-        return 1.0, 0
-    unit = vectors.astype(np.float64) / np.linalg.norm(vectors.astype(np.float64), axis=1, keepdims=True)
-    best = np.full((len(unit), k), np.inf)  # the k smallest exact distances per query
-    with conn.cursor(name="vector_recall_scan", binary=True) as scan:
-        scan.itersize = 10_000
-        scan.execute(statement(schema, "SELECT embedding FROM {chunks} WHERE embedding IS NOT NULL"))
-        while batch := scan.fetchmany(10_000):
-            rows = np.stack([r[0].to_numpy() for r in batch]).astype(np.float64)
-            distances = 1.0 - unit @ rows.T / np.maximum(np.linalg.norm(rows, axis=1), 1e-12)  # (queries, batch)
-            best = np.sort(np.concatenate([best, distances], axis=1), axis=1)[:, :k]
-    conn.execute("SELECT set_config('hnsw.ef_search', %s, true)", (str(hnsw_ef_search(DEFAULT.n, ef_search)),))
-    search = statement(schema, "SELECT embedding <=> %(q)s FROM {chunks} ORDER BY embedding <=> %(q)s LIMIT %(k)s")
-    hits = 0
-    for j, vector in enumerate(vectors):
-        found = [d for (d,) in conn.execute(search, {"q": vector, "k": k}).fetchall()]
-        hits += sum(1 for d in found if d <= best[j, -1] + 1e-6)  # pgvector computes in float32
-    return hits / (k * len(vectors)), len(vectors)
+def _ladder_recall(conn: psycopg.Connection, schema: str, embedder: Embedder, sample: int, k: int,
+                   efs: Sequence[int]) -> tuple[dict[int, float], int]:
+    """``vector_recall`` at each of ``efs`` (the exact lists computed once): ({ef: recall}, queries)."""
+    with conn.transaction():  # the settings are local to it; the scan's server-side cursor needs one
+        texts = [t for (t,) in conn.execute(statement(schema, """SELECT text FROM {chunks} WHERE embedding IS NOT NULL
+                                                               ORDER BY hashtext(chunk_id), chunk_id LIMIT %s"""), (sample,))]
+        queries = [q for q in (query_words(t) for t in texts) if q]
+        vectors = np.asarray(embedder.embed(queries), dtype=np.float32) if queries else np.zeros((0, 1), np.float32)
+        vectors = vectors[np.linalg.norm(vectors, axis=1) > 0]  # words the embedder maps to zero search nothing
+        if not len(vectors):
+            return {ef: 1.0 for ef in efs}, 0
+        unit = vectors.astype(np.float64) / np.linalg.norm(vectors.astype(np.float64), axis=1, keepdims=True)
+        best = np.full((len(unit), k), np.inf)  # the k smallest exact distances per query
+        with conn.cursor(name="vector_recall_scan", binary=True) as scan:
+            scan.itersize = 10_000
+            scan.execute(statement(schema, "SELECT embedding FROM {chunks} WHERE embedding IS NOT NULL"))
+            while batch := scan.fetchmany(10_000):
+                rows = np.stack([r[0].to_numpy() for r in batch]).astype(np.float64)
+                distances = 1.0 - unit @ rows.T / np.maximum(np.linalg.norm(rows, axis=1), 1e-12)  # (queries, batch)
+                best = np.sort(np.concatenate([best, distances], axis=1), axis=1)[:, :k]
+        search = statement(schema, "SELECT embedding FROM {chunks} ORDER BY embedding <=> %(q)s LIMIT %(k)s")
+        recalls = {}
+        with conn.cursor(binary=True) as cur:
+            for ef in efs:
+                cur.execute("SELECT set_config('hnsw.ef_search', %s, true)", (str(ef),))
+                hits = 0
+                for j, vector in enumerate(vectors):
+                    # the found rows' distances in float64 like the exact ones (pgvector's own are float32 sums)
+                    found = np.stack([r[0].to_numpy() for r in cur.execute(search, {"q": vector, "k": k}).fetchall()]).astype(np.float64)
+                    distances = 1.0 - found @ unit[j] / np.maximum(np.linalg.norm(found, axis=1), 1e-12)
+                    hits += int(np.sum(distances <= best[j, -1] + 1e-9))
+                recalls[ef] = hits / (k * len(vectors))
+    return recalls, len(vectors)
 
 
 def choose_vector_index(conn: psycopg.Connection, schema: str, embedder: Embedder, target: float = RECALL_TARGET, *,
                         sample: int = RECALL_SAMPLE, phases: dict[str, float] | None = None) -> VectorIndex:
-    """Keep an HNSW index on ``schema.chunks`` only when its recall@10 (``vector_recall``) reaches
-    ``target``; else drop it, so that every vector search scans the table exactly (recall 1 at the
-    cost of a scan). A table of at least ``2 * PROBE_ROWS`` rows without a graph is probed first: a
-    graph over ``PROBE_ROWS`` of its rows (a temporary table) is checked the same way, and when it
-    misses the target the full graph is not built, since a graph's recall at a fixed ef_search
-    only falls as it grows. The choice is recorded in ``vector_index`` (``create`` then builds no
-    graph for the table) and logged with its reason; ``phases`` gets the seconds of the probe, the
-    build and the check. Run inside a transaction.
+    """The first of ``EF_LADDER`` at which an HNSW index on ``schema.chunks`` reaches ``target`` recall@10
+    (``vector_recall``); when none does, the graph is dropped and every vector search scans the table
+    exactly (recall 1 at the cost of a scan). The chosen ef_search is the least that searches of the
+    table use (``pipeline.retriever`` reads it). A table of at least ``2 * PROBE_ROWS`` rows without a
+    graph is probed first: a graph over ``PROBE_ROWS`` of its rows (a temporary table) at the
+    ladder's top; when that misses the target the full graph is not built, since a graph's recall
+    at a fixed ef_search only falls as it grows. The choice is recorded in ``vector_index``
+    (``create`` then builds no graph for an exact table) and logged with its reason; ``phases`` gets
+    the seconds of the probe, the build and the check. Run inside a transaction.
     """
     _check_target(target)
     phases = {} if phases is None else phases
-    ef = hnsw_ef_search(DEFAULT.n, DEFAULT.ef_search)
-    about = f"at ef_search {ef}, {{queries}} queries of {QUERY_WORDS} words from the table's chunks"
+    ladder = sorted({hnsw_ef_search(DEFAULT.n, ef) for ef in EF_LADDER})
+    about = f"{{queries}} queries of {QUERY_WORDS} words from the table's chunks"
     rows = count(conn, schema)
     if rows >= 2 * PROBE_ROWS and not _has_graph(conn, schema):
         mark = time.perf_counter()
-        recall, queries = _probe(conn, schema, embedder, sample)
+        recall, queries = _probe(conn, schema, embedder, sample, ladder[-1])
         phases["vector_index_probe"] = time.perf_counter() - mark
         if recall < target:
-            choice = VectorIndex("exact", recall, queries, ef,
-                                 f"HNSW recall@10 {recall:.3f} on a graph of {PROBE_ROWS:,} of the table's {rows:,} rows, "
-                                 f"{about.format(queries=queries)}: below {target}, and lower still at full size; "
-                                 "no graph built, vector search scans the table exactly")
-            return _record(conn, schema, choice)
+            return _record(conn, schema, VectorIndex(
+                "exact", recall, queries, ladder[-1],
+                f"HNSW recall@10 {recall:.3f} at ef_search {ladder[-1]} on a graph of {PROBE_ROWS:,} of the table's {rows:,} rows, "
+                f"{about.format(queries=queries)}: below {target}, and lower still at full size; no graph built, vector "
+                "search scans the table exactly"))
     mark = time.perf_counter()
     conn.execute(statement(schema, _HNSW))
     phases["chunks_embedding_hnsw"] = time.perf_counter() - mark
     mark = time.perf_counter()
-    recall, queries = vector_recall(conn, schema, embedder, sample=sample)
+    recalls, queries = _ladder_recall(conn, schema, embedder, sample, 10, ladder)
     phases["vector_index_check"] = time.perf_counter() - mark
-    measured = f"HNSW recall@10 {recall:.3f} against exact search {about.format(queries=queries)}"
-    if recall >= target:
-        return _record(conn, schema, VectorIndex("hnsw", recall, queries, ef, f"{measured}: at least {target}, HNSW kept"))
+    measured = ", ".join(f"{recalls[ef]:.3f} at ef_search {ef}" for ef in ladder)
+    measured = f"HNSW recall@10 against exact search {measured} ({about.format(queries=queries)})"
+    for ef in ladder:
+        if recalls[ef] >= target:
+            return _record(conn, schema, VectorIndex("hnsw", recalls[ef], queries, ef,
+                                                     f"{measured}: HNSW kept, searched at ef_search {ef} or more (target {target})"))
     conn.execute(sql.SQL("DROP INDEX {}").format(sql.Identifier(schema, "chunks_embedding_hnsw")))
-    return _record(conn, schema, VectorIndex("exact", recall, queries, ef,
-                                             f"{measured}: below {target}, HNSW dropped; vector search scans the table exactly"))
+    return _record(conn, schema, VectorIndex("exact", recalls[ladder[-1]], queries, ladder[-1],
+                                             f"{measured}: below {target} throughout, HNSW dropped; vector search scans the table exactly"))
 
 
 def _has_graph(conn: psycopg.Connection, schema: str) -> bool:
@@ -446,9 +462,9 @@ def _has_graph(conn: psycopg.Connection, schema: str) -> bool:
                         (schema,)).fetchone()[0]
 
 
-def _probe(conn: psycopg.Connection, schema: str, embedder: Embedder, sample: int) -> tuple[float, int]:
-    """``vector_recall`` of a graph over ``PROBE_ROWS`` rows of the table (by hash of chunk_id), built in a
-    temporary table ``pg_temp.chunks`` that is dropped afterwards."""
+def _probe(conn: psycopg.Connection, schema: str, embedder: Embedder, sample: int, ef_search: int) -> tuple[float, int]:
+    """``vector_recall`` at ``ef_search`` of a graph over ``PROBE_ROWS`` rows of the table (by hash of
+    chunk_id), built in a temporary table ``pg_temp.chunks`` that is dropped afterwards."""
     probe = "pg_temp"
     conn.execute(statement(probe, "DROP TABLE IF EXISTS {chunks}"))
     conn.execute(sql.SQL("CREATE TEMP TABLE chunks AS SELECT chunk_id, text, embedding FROM {} ORDER BY hashtext(chunk_id), chunk_id LIMIT {}")
@@ -456,7 +472,7 @@ def _probe(conn: psycopg.Connection, schema: str, embedder: Embedder, sample: in
     conn.execute(statement(probe, _HNSW))
     conn.execute(statement(probe, "ANALYZE {chunks}"))
     try:
-        return vector_recall(conn, probe, embedder, sample=sample)
+        return vector_recall(conn, probe, embedder, sample=sample, ef_search=ef_search)
     finally:
         conn.execute(statement(probe, "DROP TABLE {chunks}"))
 

@@ -317,6 +317,7 @@ def exact_recall(conn, schema, embedder, k=10, sample=store.RECALL_SAMPLE):
 def test_the_vector_index_is_kept_only_when_its_recall_reaches_the_target(table, schema, monkeypatch, caplog):
     chunks = make_chunks("g", [f"topic{i % 50} note{i} item{i * 7 % 13}" for i in range(2_000)])
     monkeypatch.setattr(store, "BULK_MIN", 1)
+    monkeypatch.setattr(store, "EF_LADDER", (None,))  # the pipeline's ef_search only (the ladder: the next test)
     # the planner must use the graph at this size, as it does at 100k: else every search is exact
     table.execute("SET enable_seqscan = off")
     try:
@@ -332,8 +333,8 @@ def test_the_vector_index_is_kept_only_when_its_recall_reaches_the_target(table,
         # a target above what it measures: the graph is dropped, every search exact, and create() leaves it out
         with table.transaction():
             chosen = store.choose_vector_index(table, schema, GaussianEmbedder(), target=1.0)
-        assert chosen.kind == "exact" and chosen.recall == pytest.approx(kept.recall)
-        assert f"HNSW recall@10 {kept.recall:.3f}" in chosen.reason and "below 1.0" in chosen.reason
+        assert chosen.kind == "exact" and chosen.ef_search == 50 and chosen.recall == pytest.approx(kept.recall)
+        assert f"{kept.recall:.3f} at ef_search 50" in chosen.reason and "below 1.0 throughout" in chosen.reason
         assert not any("chunks_embedding_hnsw" in d for d in indexdefs(table, schema))
         store.create(table, schema, 256)
         assert not any("chunks_embedding_hnsw" in d for d in indexdefs(table, schema))
@@ -375,3 +376,30 @@ def test_a_recall_target_outside_zero_to_one_is_refused_before_anything_changes(
     with pytest.raises(ValueError, match="recall_target must be a number within \\[0, 1\\]"):
         store.choose_vector_index(table, schema, HashEmbedder(), target)
     assert store.count(table, schema) == 0 and indexdefs(table, schema) == before and store.vector_index(table, schema) is None
+
+
+def test_the_ladder_keeps_the_graph_at_the_least_ef_search_that_reaches_the_target(table, schema, monkeypatch):
+    """A target between the graph's recall at ef_search 50 and at a higher rung keeps it at that rung; the
+    retriever reads the rung and every search of the table runs with at least that ef_search."""
+    chunks = make_chunks("g", [f"topic{i % 50} note{i} item{i * 7 % 13}" for i in range(2_000)])
+    table.execute("SET enable_seqscan = off")
+    try:
+        store.sync(table, schema, chunks, GaussianEmbedder(), recall_target=None)  # the graph, not checked
+        ladder = sorted({max(ef or 50, 40) for ef in store.EF_LADDER})
+        recalls, _ = store._ladder_recall(table, schema, GaussianEmbedder(), store.RECALL_SAMPLE, 10, ladder)
+        assert recalls[ladder[0]] <= recalls[ladder[-1]]
+        rung = next((ef for ef in ladder if recalls[ef] > recalls[ladder[0]]), None)
+        assert rung is not None, recalls  # the graph misses something at 50 that a wider search finds
+        with table.transaction():
+            chosen = store.choose_vector_index(table, schema, GaussianEmbedder(), target=recalls[rung])
+        assert (chosen.kind, chosen.ef_search, chosen.recall) == ("hnsw", rung, recalls[rung])
+        retriever = pipeline.retriever(table, schema, GaussianEmbedder(), RetrievalParams())
+        assert retriever.ef_search == rung
+        seen = []
+        real = hybrid.first_stage
+        monkeypatch.setattr(hybrid, "first_stage", lambda conn, s, v, q, p: seen.append(p.ef_search) or real(conn, s, v, q, p))
+        pipeline.run(table, retriever, "topic3 note7", RetrievalParams())
+        pipeline.run(table, retriever, "topic3 note7", RetrievalParams(ef_search=1000))  # a wider search of the caller's stays
+        assert seen == [rung, 1000]
+    finally:
+        table.execute("RESET enable_seqscan")

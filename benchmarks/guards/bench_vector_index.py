@@ -23,7 +23,7 @@ Queries: ``--queries`` of the table's own vectors (each query's own row left out
 synthetic corpus (``Corpus.queries``, as scale.py). A returned row counts when its exact distance
 (numpy, float64, whatever the option computed it in) is within the exact 10th distance. Options: HNSW (pgvector's defaults m 16,
 ef_construction 64; ``max_parallel_maintenance_workers`` 2) at ef_search 50 (the pipeline's),
-200 and 1000; IVFFlat at lists 316 (sqrt of the rows) with probes 10 and 40, and lists 1000
+100, 200, 400 (``store.EF_LADDER``) and 1000; IVFFlat at lists 316 (sqrt of the rows) with probes 10 and 40, and lists 1000
 with probes 32; exact scan of float32 and of halfvec (a halfvec copy, no index). The planner is
 held on the index under test (``enable_seqscan`` off) and off every index for exact scans.
 Prints a Markdown table; asserts nothing.
@@ -49,7 +49,7 @@ from retrieval_assets.synthetic import Corpus
 
 SCHEMA = "bench_vindex"
 CHUNKS_PER_DOC = 430 / 32  # the fixture corpus: 430 chunks of 32 documents
-HNSW_EF = (50, 200, 1000)
+HNSW_EF = (50, 100, 200, 400, 1000)  # 50-400: store.EF_LADDER
 IVF = ((316, (10, 40)), (1000, (32,)))
 
 
@@ -87,15 +87,19 @@ def fit_spread(real: np.ndarray, rng_seed: int = 0) -> float:
 def load(conn: psycopg.Connection, kind: str, vectors: np.ndarray) -> None:
     table = sql.Identifier(SCHEMA, kind)
     dims = vectors.shape[1]
-    conn.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(table))
-    conn.execute(sql.SQL("CREATE TABLE {} (id int4 PRIMARY KEY, v vector({}), h halfvec({}))").format(table, sql.Literal(dims), sql.Literal(dims)))
-    conn.execute(sql.SQL("ALTER TABLE {} ALTER COLUMN v SET STORAGE PLAIN, ALTER COLUMN h SET STORAGE PLAIN").format(table))
+    half = sql.Identifier(SCHEMA, f"{kind}_h")
+    conn.execute(sql.SQL("DROP TABLE IF EXISTS {}, {}").format(table, half))
+    conn.execute(sql.SQL("CREATE TABLE {} (id int4 PRIMARY KEY, v vector({}))").format(table, sql.Literal(dims)))
+    conn.execute(sql.SQL("ALTER TABLE {} ALTER COLUMN v SET STORAGE PLAIN").format(table))
     with conn.cursor().copy(sql.SQL("COPY {} (id, v) FROM STDIN WITH (FORMAT BINARY)").format(table)) as copy:
         copy.set_types(["int4", "vector"])
         for i, v in enumerate(vectors):
             copy.write_row((i, v))
-    conn.execute(sql.SQL("UPDATE {} SET h = v::halfvec").format(table))
-    conn.execute(sql.SQL("VACUUM ANALYZE {}").format(table))
+    # the halfvec copy in a table of its own, so that neither scan reads the other's column
+    conn.execute(sql.SQL("CREATE TABLE {} (id int4 PRIMARY KEY, v halfvec({}))").format(half, sql.Literal(dims)))
+    conn.execute(sql.SQL("ALTER TABLE {} ALTER COLUMN v SET STORAGE PLAIN").format(half))
+    conn.execute(sql.SQL("INSERT INTO {} SELECT id, v::halfvec FROM {}").format(half, table))
+    conn.execute(sql.SQL("VACUUM ANALYZE {}, {}").format(table, half))
 
 
 def normalised(vectors: np.ndarray) -> np.ndarray:
@@ -118,7 +122,8 @@ def measure(conn: psycopg.Connection, kind: str, column: str, queries: np.ndarra
             base: np.ndarray, settings: dict[str, str], k: int = 10) -> tuple[float, float]:
     """(recall@k, p50 ms) of ``queries`` under ``settings`` (transaction-local). A returned row is a hit when
     its exact float64 distance (``base``: the normalised vectors) is within the exact k-th distance."""
-    search = sql.SQL("SELECT id FROM {t} ORDER BY {c} <=> %(q)s LIMIT %(k)s").format(c=sql.Identifier(column), t=sql.Identifier(SCHEMA, kind))
+    table = kind if column == "v" else f"{kind}_h"
+    search = sql.SQL("SELECT id FROM {t} ORDER BY v <=> %(q)s LIMIT %(k)s").format(t=sql.Identifier(SCHEMA, table))
     cast = (lambda v: v) if column == "v" else HalfVector
     hits, times = 0, []
     for j, query in enumerate(queries):
@@ -154,9 +159,9 @@ def frontier(conn: psycopg.Connection, kind: str, vectors: np.ndarray, query_set
         rows.append(out)
         print("  ", out, flush=True)
 
-    table_mb = conn.execute("SELECT pg_table_size(%s::regclass)", (f"{SCHEMA}.{kind}",)).fetchone()[0] / 1e6
-    row("exact scan, float32", None, table_mb, "v", exact)
-    row("exact scan, halfvec", None, table_mb, "h", exact)
+    table_mb = lambda name: conn.execute("SELECT pg_table_size(%s::regclass)", (f"{SCHEMA}.{name}",)).fetchone()[0] / 1e6  # noqa: E731
+    row("exact scan, float32", None, table_mb(kind), "v", exact)
+    row("exact scan, halfvec", None, table_mb(f"{kind}_h"), "h", exact)
     conn.execute("SET max_parallel_maintenance_workers = 2")
     conn.execute("SET maintenance_work_mem = '512MB'")
     start = time.perf_counter()
@@ -216,7 +221,7 @@ def main(argv: list[str] | None = None) -> int:
                 words = Corpus(0, topics=args.topics).queries(args.queries)
                 sets["keyword"] = (embedder.embed(words), [None] * len(words))
             results += frontier(conn, kind, vectors, sets)
-            conn.execute(sql.SQL("DROP TABLE {}").format(sql.Identifier(SCHEMA, kind)))
+            conn.execute(sql.SQL("DROP TABLE {}, {}").format(sql.Identifier(SCHEMA, kind), sql.Identifier(SCHEMA, f"{kind}_h")))
     lines = ["| vectors | option | build (s) | size (MB) | recall@10, own chunks | p50 (ms) | recall@10, keyword queries | p50 (ms) |",
              "|---|---|---:|---:|---:|---:|---:|---:|"]
     for r in results:
