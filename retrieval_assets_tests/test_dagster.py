@@ -100,6 +100,8 @@ def test_whole_graph_for_hash_matches_the_library(resource):
     index = metadata(result, "chunk_index")
     chunks = result.output_for_node("chunks")
     assert index["rows"] == len(chunks) == 430 and index["dims"] == 256
+    # 430 chunks go in row by row, not in bulk: the vector search was not checked, and says so
+    assert index["vector_search"] == "hnsw" and index["vector_search_reason"].startswith("not checked")
     ev_meta = metadata(result, "eval_run")
     with resource.connect() as conn:
         queries = golden.load_golden(CORPUS / "golden.yaml")

@@ -47,7 +47,9 @@ def chunk_index(context: dg.AssetExecutionContext, config: IndexConfig, postgres
             rows, dims = store.count(conn, schema), store.table_dims(conn, schema)
             chosen = store.vector_index(conn, schema)
     seconds = time.perf_counter() - start
-    vector_search = {"vector_search": chosen.kind, "vector_search_reason": chosen.reason} if chosen else {"vector_search": "hnsw"}
+    vector_search = ({"vector_search": chosen.kind, "vector_search_reason": chosen.reason} if chosen else
+                     {"vector_search": "hnsw", "vector_search_reason": f"not checked: the check follows a bulk load ({store.BULK_MIN:,} "
+                      "chunks or more into an empty table); at this size the planner may scan exactly anyway"})
     context.log.info(f"chunk_index {key}: {rows} rows in {schema} ({report.embedded} embedded, {report.deleted} deleted) in {seconds:.1f} s")
     yield dg.MaterializeResult(
         asset_key="chunk_index",
