@@ -7,7 +7,9 @@ with an HNSW cosine index and a GIN index, and the BM25 postings beside it (``bm
 transaction (a single COPY into a staging table and one merge, under the writers' lock),
 re-embedding only texts the table does not hold yet; ``count`` returns the row count; ``drop``
 removes it all. The BM25 postings are kept exact by every write. Every dimension mismatch raises
-ValueError before anything is written.
+ValueError before anything is written. After a bulk load the vector search is chosen for the
+table by measured recall (``choose_vector_index``: HNSW at the least ef_search of ``EF_LADDER``
+that reaches ``RECALL_TARGET``, else an exact scan) and recorded in its ``vector_index`` table.
 """
 
 from __future__ import annotations
