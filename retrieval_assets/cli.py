@@ -1,6 +1,7 @@
 """The command line: ``python -m retrieval_assets <command>``.
 
-Commands: ``index`` (sync a corpus into a partition's command-line schema), ``evaluate`` (the
+Commands: ``index`` (sync a corpus into a partition's command-line schema; with
+``--check-vector-index``, choose its vector search by measured recall), ``evaluate`` (the
 golden-set report), ``diagnose`` (the failure report with what-ifs), ``chunk-stats`` (corpus
 statistics), ``answer`` (an extractive cited answer), and over the assets' history ``runs``
 (the latest evaluations) and ``diff`` (per-query changes between two runs). Every command indexes into
@@ -64,6 +65,11 @@ def _parser() -> argparse.ArgumentParser:
         p.add_argument("--embedder", default="hash", choices=list(partitions.PARTITIONS))
         p.add_argument("--dsn", default=None, help="Postgres DSN (default: $RETRIEVAL_DSN, else the embedded server)")
         if name == "index":
+            p.add_argument("--check-vector-index", action="store_true",
+                           help="after the sync, measure the HNSW index's recall and keep it or scan exactly "
+                                "(store.choose_vector_index; done by itself after a bulk load)")
+            p.add_argument("--recall-target", type=float, default=store.RECALL_TARGET,
+                           help=f"recall@10 the graph must reach, within [0, 1] (default {store.RECALL_TARGET})")
             continue
         p.add_argument("--pipeline", default="default", help=f"named pipeline ({', '.join(PIPELINES)}); the options below override it")
         p.add_argument("--k", type=int, default=DEFAULT.k if name != "answer" else answer.SOURCES.k)
@@ -211,11 +217,22 @@ def run(argv: list[str] | None = None, out=None) -> int:
         print(json.dumps(chunker.stats(documents, max_chars=args.max_chars, overlap=args.overlap), indent=2), file=out)
         return 0
     chunks = _chunks(args, documents)
+    if args.command == "index":
+        try:
+            store.check_recall_target(args.recall_target)
+        except ValueError as exc:
+            raise UsageError(f"--recall-target: {exc}") from None
     with pg.connect(args.dsn) as conn:
         if args.command == "index":
             schema, embedder, report = _index(conn, args, chunks)
             print(f"{schema}: {report.inserted} inserted, {report.updated} updated, {report.deleted} deleted, "
                   f"{report.unchanged} unchanged, {report.embedded} embedded ({embedder.name})", file=out)
+            if args.check_vector_index:
+                with conn.transaction():
+                    store.choose_vector_index(conn, schema, embedder, args.recall_target)
+            chosen = store.vector_index(conn, schema)
+            print(f"vector search: {chosen.kind}: {chosen.reason}" if chosen else
+                  "vector search: hnsw, not checked (a bulk load checks it; --check-vector-index does now)", file=out)
         else:
             {"evaluate": _evaluate, "diagnose": _diagnose, "answer": _answer}[args.command](conn, args, documents, chunks, out)
     return 0

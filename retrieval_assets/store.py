@@ -313,7 +313,7 @@ def sync(conn: psycopg.Connection, schema: str, chunks: Iterable[Chunk], embedde
     the HNSW index is checked against exact search and kept only when its recall@10 reaches
     ``recall_target`` (``choose_vector_index``; None: not checked, HNSW kept).
     """
-    _check_target(recall_target)
+    check_recall_target(recall_target)
     _check_dims(conn, schema, embedder)
     chunks = _unique(chunks)
     _check_sizes(chunks)
@@ -341,7 +341,8 @@ def sync(conn: psycopg.Connection, schema: str, chunks: Iterable[Chunk], embedde
     )
 
 
-def _check_target(target: float | None) -> None:
+def check_recall_target(target: float | None) -> None:
+    """ValueError unless ``target`` is None or a number within [0, 1] (``sync``'s and ``choose_vector_index``'s)."""
     if target is not None and not (isinstance(target, (int, float)) and 0.0 <= target <= 1.0):
         raise ValueError(f"recall_target must be a number within [0, 1] or None, got {target!r}")
 
@@ -427,7 +428,7 @@ def choose_vector_index(conn: psycopg.Connection, schema: str, embedder: Embedde
     (``create`` then builds no graph for an exact table) and logged with its reason; ``phases`` gets
     the seconds of the probe, the build and the check. Run inside a transaction.
     """
-    _check_target(target)
+    check_recall_target(target)
     phases = {} if phases is None else phases
     ladder = sorted({hnsw_ef_search(DEFAULT.n, ef) for ef in EF_LADDER})
     about = f"{{queries}} queries of {QUERY_WORDS} words from the table's chunks"
