@@ -26,7 +26,6 @@ from psycopg import sql
 
 from retrieval_assets import chunker, store
 from retrieval_assets.evaluation import Evaluation, evaluate_pipelines
-from retrieval_assets.metrics import first_relevant_rank
 from retrieval_assets.params import DEFAULT, RetrievalParams
 from retrieval_assets.pipeline import Retriever
 from retrieval_assets.tables import statement

@@ -4,7 +4,6 @@ import logging
 import os
 import subprocess
 import sys
-import threading
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -21,7 +20,6 @@ from retrieval_assets.embed import HashEmbedder
 from retrieval_assets.params import DEFAULT, MAX_QUERY_CHARS, SEED
 from retrieval_assets.rerank import LexicalReranker
 from retrieval_assets.types import Chunk, Document
-from retrieval_assets_tests.conftest import CORPUS
 
 ROOT = Path(__file__).resolve().parents[1]
 SECRET = "S3cretPW"

@@ -89,11 +89,11 @@ def default_evaluation(indexed, schema, golden):
 def test_agrees_with_trec_eval_on_real_runs(evaluation, indexed):
     conn, _, _ = indexed
     qrels = {q.query_id: {cid: 1 for cid in q.relevant} for q in evaluation.queries}
-    for pipeline in PIPELINES:
-        run = {q.query_id: {cid: 100.0 - i for i, cid in enumerate(q.ranked[pipeline])} for q in evaluation.queries}
+    for stage in PIPELINES:
+        run = {q.query_id: {cid: 100.0 - i for i, cid in enumerate(q.ranked[stage])} for q in evaluation.queries}
         scores = pytrec_eval.RelevanceEvaluator(qrels, {"recall.10", "recip_rank", "ndcg_cut.10", "P.10"}).evaluate(run)
         mean = lambda key: sum(s[key] for s in scores.values()) / len(scores)  # noqa: E731
-        m = evaluation.metrics[pipeline]
+        m = evaluation.metrics[stage]
         assert m.recall_at_k == pytest.approx(mean("recall_10"), abs=1e-9)
         assert m.precision_at_k == pytest.approx(mean("P_10"), abs=1e-9)
         assert m.mrr == pytest.approx(mean("recip_rank"), abs=1e-9)
@@ -102,9 +102,9 @@ def test_agrees_with_trec_eval_on_real_runs(evaluation, indexed):
 
 def test_reference_numbers_within_002(evaluation):
     assert evaluation.pool_recall == pytest.approx(POOL_RECALL_AT_50, abs=0.02)
-    for pipeline, (recall, precision, mrr, ndcg) in REFERENCE.items():
-        m = evaluation.metrics[pipeline]
-        assert (m.recall_at_k, m.precision_at_k, m.mrr, m.ndcg_at_k) == pytest.approx((recall, precision, mrr, ndcg), abs=0.02), pipeline
+    for stage, (recall, precision, mrr, ndcg) in REFERENCE.items():
+        m = evaluation.metrics[stage]
+        assert (m.recall_at_k, m.precision_at_k, m.mrr, m.ndcg_at_k) == pytest.approx((recall, precision, mrr, ndcg), abs=0.02), stage
 
 
 def test_default_reference_numbers_within_002(default_evaluation, evaluation):

@@ -79,9 +79,9 @@ def _grouped_metadata(evaluations: dict[str, evaluation.Evaluation]) -> dict:
 def _by_kind_table(evaluations: dict[str, evaluation.Evaluation]) -> str:
     rows = ["| pipeline | stage | kind | queries | recall@k | precision@k | MRR | nDCG@k |", "|---|---|---|---|---|---|---|---|"]
     for variant, ev in evaluations.items():
-        for pipeline, m in ev.metrics.items():
+        for stage, m in ev.metrics.items():
             for kind, row in [("all", m), *m.by_kind.items()]:
-                rows.append(f"| {variant} | {pipeline} | {kind} | {row.queries} | {row.recall_at_k:.3f} | {row.precision_at_k:.3f} "
+                rows.append(f"| {variant} | {stage} | {kind} | {row.queries} | {row.recall_at_k:.3f} | {row.precision_at_k:.3f} "
                             f"| {row.mrr:.3f} | {row.ndcg_at_k:.3f} |")
     return "\n".join(rows)
 
