@@ -60,7 +60,8 @@ def main(argv: list[str] | None = None) -> int:
                 with conn.transaction():
                     conn.execute("SELECT set_config('maintenance_work_mem', %s, true)", (args.memory,))
                     conn.execute("SELECT set_config('max_parallel_maintenance_workers', %s, true)", (str(workers),))
-                    conn.execute(sql.SQL("DROP INDEX {}").format(sql.Identifier(schema, "chunks_embedding_hnsw")))
+                    # IF EXISTS: a kept 100k hash schema has no graph (store.choose_vector_index chose an exact scan)
+                    conn.execute(sql.SQL("DROP INDEX IF EXISTS {}").format(sql.Identifier(schema, "chunks_embedding_hnsw")))
                     start = time.perf_counter()
                     conn.execute(statement(schema, "CREATE INDEX chunks_embedding_hnsw ON {chunks} USING hnsw (embedding vector_cosine_ops)"
                                            + options))
