@@ -28,9 +28,10 @@ def bench_schema(name: str, key: str = "hash") -> str:
     return partitions.schema_name(key, prefix=f"bench_{name}_")
 
 
-def scale_schema(size: int) -> str:
-    """The schema ``guards/scale.py`` indexes ``size`` synthetic chunks into (kept with ``--keep``)."""
-    return bench_schema(f"scale_{size}")
+def scale_schema(size: int, key: str = "hash") -> str:
+    """The schema ``guards/scale.py`` indexes ``size`` synthetic chunks into (kept with ``--keep``); ``key``
+    ``minilm`` for its MiniLM stand-in vectors (``--vectors standin``)."""
+    return bench_schema(f"scale_{size}", key)
 
 
 THREAD_VARIABLES = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "NUMEXPR_NUM_THREADS")

@@ -34,6 +34,7 @@ from __future__ import annotations
 import argparse
 import statistics
 import time
+import zlib
 from pathlib import Path
 
 import numpy as np
@@ -71,6 +72,42 @@ def standin(real: np.ndarray, n: int, spread: float, rng: np.random.Generator) -
     centres = mean + rng.standard_normal((docs, real.shape[1])) @ root.T
     x = centres[rng.integers(0, docs, n)] + np.sqrt(spread) * (rng.standard_normal((n, real.shape[1])) @ root.T)
     return (x / np.linalg.norm(x, axis=1, keepdims=True)).astype(np.float32)
+
+
+class StandinEmbedder:
+    """Texts to vectors of the stand-in's geometry: each text (by its crc32) picks one of ``docs``
+    document centres drawn from MiniLM's fixture mean and covariance, and scatters around it with
+    ``spread`` x that covariance; normalised float32, deterministic per text. Used by scale.py
+    ``--vectors standin`` to index and query 100k synthetic chunks with trained-like vectors."""
+
+    name = "minilm-standin"
+
+    def __init__(self, real: np.ndarray, spread: float, docs: int = 7_500, seed: int = 2):
+        self.dims = real.shape[1]
+        cov = np.cov(real.T) + 1e-6 * np.eye(self.dims)
+        self.root = np.linalg.cholesky(cov)
+        self.centres = real.mean(0) + np.random.default_rng(seed).standard_normal((docs, self.dims)) @ self.root.T
+        self.spread = spread
+
+    def embed(self, texts: list[str]) -> np.ndarray:
+        if not texts:
+            return np.zeros((0, self.dims), dtype=np.float32)
+        keys = [zlib.crc32(t.encode()) for t in texts]
+        noise = np.stack([np.random.default_rng(k).standard_normal(self.dims) for k in keys])
+        x = self.centres[np.array(keys) % len(self.centres)] + np.sqrt(self.spread) * (noise @ self.root.T)
+        return (x / np.linalg.norm(x, axis=1, keepdims=True)).astype(np.float32)
+
+
+def minilm_fixture_vectors(conn: psycopg.Connection) -> np.ndarray:
+    """MiniLM's vectors of the fixture corpus, from the fixture's ``minilm`` schema (ValueError if it is empty)."""
+    schema = postgres_resource().schema("minilm", corpus="fixture")
+    if conn.execute("SELECT to_regclass(%s)", (f"{schema}.chunks",)).fetchone()[0] is None:
+        raise ValueError(f"no {schema}.chunks: run `uv run dg launch --job evaluate_embedders --partition minilm` first")
+    with conn.cursor(binary=True) as cur:
+        rows = cur.execute(sql.SQL("SELECT embedding FROM {} ORDER BY chunk_id").format(sql.Identifier(schema, "chunks"))).fetchall()
+    if not rows:
+        raise ValueError(f"{schema}.chunks is empty: run `uv run dg launch --job evaluate_embedders --partition minilm` first")
+    return np.stack([r[0].to_numpy() for r in rows])
 
 
 def fit_spread(real: np.ndarray, rng_seed: int = 0) -> float:
@@ -190,13 +227,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", default=None, help="also write the Markdown table here")
     args = parser.parse_args(argv)
     common.print_machine({"size": args.size, "queries": args.queries})
-    res = postgres_resource()
     rng = np.random.default_rng(0)
     with pg.connect(None) as conn:
         conn.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(SCHEMA)))
-        with conn.cursor(binary=True) as cur:
-            real = np.stack([r[0].to_numpy() for r in cur.execute(
-                sql.SQL("SELECT embedding FROM {} ORDER BY chunk_id").format(sql.Identifier(res.schema("minilm", corpus="fixture"), "chunks")))])
+        real = minilm_fixture_vectors(conn)
         spread = fit_spread(real)
         print(f"stand-in spread {spread:.4f} (chunk scatter around its document centre, as a multiple of MiniLM's covariance)")
         sample = standin(real, len(real), spread, np.random.default_rng(1))

@@ -24,7 +24,7 @@ afterwards unless ``--keep``). Per size, with the hash embedder:
    Zipf weights). One unmeasured pass runs every query through every kind (warm caches), then
    a timed pass runs each query through ``hybrid.vector_search`` (query embedding included),
    ``hybrid.text_search`` (ts_rank_cd), ``bm25.bm25_search`` and ``hybrid.search`` with either
-   lexical list (``RetrievalParams(n=50, k=10)``; query embedding included), in an order rotated
+   lexical list (``RetrievalParams(n=50, k=10)`` at the ef_search the table's check chose; query embedding included), in an order rotated
    per query; p50 and p95.
 6. HNSW recall@10 of ``vector_search(n)`` (ef_search = max(n, 40)) against exact search
    (same query with ``SET LOCAL enable_indexscan = off``), for several n; a hit counts when
@@ -99,7 +99,7 @@ class PhaseLog(logging.Handler):
         self.phases.update(getattr(record, "phases", {}))
 
 
-def run_size(size: int, *, queries: int, keep: bool, dsn: str | None, seed: int, topics: int) -> dict:
+def run_size(size: int, *, queries: int, keep: bool, dsn: str | None, seed: int, topics: int, vectors: str = "hash") -> dict:
     """One size, in this process: returns the measurements as a dict."""
     from retrieval_assets import bm25, hybrid, pg, store, tsquery
     from retrieval_assets.embed import HashEmbedder
@@ -107,11 +107,18 @@ def run_size(size: int, *, queries: int, keep: bool, dsn: str | None, seed: int,
     from retrieval_assets.synthetic import Corpus
     from retrieval_assets.tables import statement
 
-    schema = common.scale_schema(size)
-    out: dict = {"chunks": size, "schema": schema, "topics": topics, "load_before": loadavg()}
+    schema = common.scale_schema(size, "hash" if vectors == "hash" else "minilm")
+    out: dict = {"chunks": size, "schema": schema, "topics": topics, "vectors": vectors, "load_before": loadavg()}
     common.drop_schema(dsn, schema)
     corpus = Corpus(seed, topics=topics)
-    embedder = HashEmbedder(256)
+    if vectors == "hash":
+        embedder = HashEmbedder(256)
+    else:  # trained-like vectors (benchmarks/guards/bench_vector_index.py), fitted to MiniLM's fixture vectors
+        from benchmarks.guards.bench_vector_index import StandinEmbedder, fit_spread, minilm_fixture_vectors
+
+        with pg.connect(dsn) as conn:
+            real = minilm_fixture_vectors(conn)
+        embedder = StandinEmbedder(real, fit_spread(real))
     timed = TimedEmbedder(embedder)
     phases = PhaseLog()
     logging.getLogger("retrieval_assets.store").addHandler(phases)
@@ -159,9 +166,10 @@ def run_size(size: int, *, queries: int, keep: bool, dsn: str | None, seed: int,
 
         # -- latency ---------------------------------------------------------------------------------
         qs = corpus.queries(queries)
-        params = RetrievalParams(n=50, k=10)
+        # at the ef_search the table's check chose (pipeline.retriever applies it the same way)
+        params = RetrievalParams(n=50, k=10, ef_search=chosen.ef_search if chosen is not None and chosen.kind == "hnsw" else None)
         kinds = {
-            "vector": lambda q: hybrid.vector_search(conn, schema, embedder.embed([q])[0], params.n),
+            "vector": lambda q: hybrid.vector_search(conn, schema, embedder.embed([q])[0], params.n, ef_search=params.ef_search),
             "text": lambda q: hybrid.text_search(conn, schema, q, params.n),
             "bm25": lambda q: bm25.bm25_search(conn, schema, q, params.n),
             "hybrid": lambda q: hybrid.search(conn, schema, embedder, q, params),
@@ -273,8 +281,11 @@ def markdown(results: list[dict], info: dict) -> str:
         f"max_parallel_maintenance_workers {big.get('max_parallel_maintenance_workers')}); code {info.get('revision', '?')}.",
         "The machine was shared with other work: load averages (1/5/15 min) before and after each size: "
         + "; ".join(f"{_label(r['chunks'])}: {r.get('load_before', '?')} -> {r.get('load_after', '?')}" for r in results) + ".",
-        f"Reproduce: `uv run python -m benchmarks.guards.scale{'' if big.get('topics', 0) == 300 else ' --topics %d' % big.get('topics', 0)}` "
-        f"(synthetic corpus of retrieval_assets/synthetic.py, seed 0, {big.get('topics', 0)} topics; hash embedder, 256 dims).",
+        f"Reproduce: `uv run python -m benchmarks.guards.scale{'' if big.get('topics', 0) == 300 else ' --topics %d' % big.get('topics', 0)}"
+        f"{'' if big.get('vectors', 'hash') == 'hash' else ' --vectors standin'}` "
+        f"(synthetic corpus of retrieval_assets/synthetic.py, seed 0, {big.get('topics', 0)} topics; "
+        + ("hash embedder, 256 dims)." if big.get("vectors", "hash") == "hash" else
+           "vectors of a stand-in with MiniLM's geometry, 384 dims: benchmarks/results/vector_index.md)."),
         "",
         "| | " + " | ".join(cols) + " |",
         "|---|" + "---:|" * len(cols),
@@ -385,6 +396,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--topics", type=int, default=300, help="subjects of the synthetic corpus (0: independent words)")
     parser.add_argument("--keep", action="store_true", help="keep the bench_scale_<size>_hash schemas")
+    parser.add_argument("--vectors", choices=["hash", "standin"], default="hash",
+                        help="the hash embedder's, or a stand-in with MiniLM's geometry (bench_vector_index.StandinEmbedder)")
     parser.add_argument("--dsn", default=None)
     parser.add_argument("--out", default=str(RESULTS / "scale.md"), help="Markdown report ('-': print only)")
     parser.add_argument("--json", default=str(RESULTS / "scale.json"), help="raw numbers ('' to skip)")
@@ -395,7 +408,8 @@ def main(argv: list[str] | None = None) -> int:
     shared = ["--seed", str(args.seed), *(["--dsn", args.dsn] if args.dsn else [])]
 
     if args.one is not None:
-        print(json.dumps(run_size(args.one, queries=args.queries, keep=args.keep, dsn=args.dsn, seed=args.seed, topics=args.topics)))
+        print(json.dumps(run_size(args.one, queries=args.queries, keep=args.keep, dsn=args.dsn, seed=args.seed, topics=args.topics,
+                                  vectors=args.vectors)))
         return 0
 
     if args.plot_only:
@@ -409,6 +423,7 @@ def main(argv: list[str] | None = None) -> int:
             t0 = time.perf_counter()
             try:
                 result = _normalise(_child(["--one", str(size), "--queries", str(args.queries), "--topics", str(args.topics),
+                                            "--vectors", args.vectors,
                                             *(["--keep"] if args.keep else []), *shared]))
                 result["child_wall_s"] = time.perf_counter() - t0
             except RuntimeError as exc:
