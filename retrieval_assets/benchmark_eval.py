@@ -22,7 +22,6 @@ from retrieval_assets.datasets import Benchmark
 from retrieval_assets.embed import Embedder
 from retrieval_assets.metrics import mrr, ndcg_at_k, recall_at_k
 from retrieval_assets.params import LEXICAL, SEED, RetrievalParams
-from retrieval_assets.pipeline import Retriever
 from retrieval_assets.rerank import CorpusStats, LexicalReranker
 from retrieval_assets.types import Chunk, Document
 
@@ -84,7 +83,7 @@ def pipeline_rankers(conn: psycopg.Connection, schema: str, embedder: Embedder, 
     chunk_doc = {c.chunk_id: c.doc_id for c in chunks}
     use_corpus = params.lexical == "bm25" if corpus_idf is None else corpus_idf
     stats = CorpusStats.from_texts([c.text for c in chunks]) if use_corpus else None
-    retriever = Retriever(schema, embedder, LexicalReranker(corpus=stats))
+    retriever = pipeline.retriever(conn, schema, embedder, params, reranker=LexicalReranker(corpus=stats))
 
     @functools.lru_cache(maxsize=1)
     def traced(query: str) -> pipeline.Trace:

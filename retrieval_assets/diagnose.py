@@ -24,7 +24,7 @@ import numpy as np
 import psycopg
 from psycopg import sql
 
-from retrieval_assets import chunker, store
+from retrieval_assets import chunker, pipeline, store
 from retrieval_assets.evaluation import Evaluation, evaluate_pipelines
 from retrieval_assets.params import DEFAULT, RetrievalParams
 from retrieval_assets.pipeline import Retriever
@@ -167,14 +167,14 @@ def what_if(conn: psycopg.Connection, retriever: Retriever, golden: Sequence[Gol
         results.append(outcome("hybrid-weights", f"{fusion} weights vector {w[0]:g}, lexical {w[1]:g}", hits(retriever, params.with_(weights=w), lists)))
         say(f"what-if {results[-1].variant}: rescued {len(results[-1].rescued)}, lost {len(results[-1].lost)}")
     embedder = retriever.embedder
-    scratch_retriever = Retriever(scratch, embedder, retriever.reranker)
     try:
         for fix, (variant, variant_chunks) in _variant_chunks(documents, chunks).items():
             store.drop(conn, scratch)
             store.create(conn, scratch, embedder.dims)
             say(f"what-if {fix}: indexing {len(variant_chunks)} chunks into {scratch}")
             store.sync(conn, scratch, variant_chunks, embedder, allow_shrink=True)
-            results.append(outcome(fix, variant, hits(scratch_retriever)))
+            # built after each sync: a bulk-loaded scratch table carries its own vector-search choice
+            results.append(outcome(fix, variant, hits(pipeline.retriever(conn, scratch, embedder, params, reranker=retriever.reranker))))
             say(f"what-if {fix}: rescued {len(results[-1].rescued)}, lost {len(results[-1].lost)}")
     finally:  # the scratch schema is this run's alone (unique name), dropped even when an experiment fails
         conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(scratch)))

@@ -190,7 +190,7 @@ def run(conn: psycopg.Connection, retriever: Retriever, query: str, params: Retr
         vectors = params.mmr_lambda is not None
         missing = [r.chunk_id for r in fused if r.chunk_id not in rows or (vectors and rows[r.chunk_id][1] is None)]
         if missing:
-            read_rows = _send_fetch(conn, retriever.schema, missing, vectors)  # read after COMMIT, in the same trip
+            read_rows = _send_fetch(conn, retriever.schema, missing, vectors)  # read after the block: one trip with its last statement
     if read_rows is not None:
         rows.update(read_rows())
     pool = [rows[r.chunk_id][0] for r in fused if r.chunk_id in rows]

@@ -11,7 +11,7 @@ from psycopg import sql
 
 from retrieval_assets import bm25, hybrid, pg, pipeline, store
 from retrieval_assets.embed import HashEmbedder
-from retrieval_assets.params import RetrievalParams
+from retrieval_assets.params import RetrievalParams, hnsw_ef_search
 from retrieval_assets.rerank import LexicalReranker
 from retrieval_assets.tables import statement
 from retrieval_assets.types import Chunk
@@ -385,7 +385,7 @@ def test_the_ladder_keeps_the_graph_at_the_least_ef_search_that_reaches_the_targ
     table.execute("SET enable_seqscan = off")
     try:
         store.sync(table, schema, chunks, GaussianEmbedder(), recall_target=None)  # the graph, not checked
-        ladder = sorted({max(ef or 50, 40) for ef in store.EF_LADDER})
+        ladder = sorted({hnsw_ef_search(50, ef) for ef in store.EF_LADDER})
         recalls, _ = store._ladder_recall(table, schema, GaussianEmbedder(), store.RECALL_SAMPLE, 10, ladder)
         assert recalls[ladder[0]] <= recalls[ladder[-1]]
         rung = next((ef for ef in ladder if recalls[ef] > recalls[ladder[0]]), None)

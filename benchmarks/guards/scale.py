@@ -103,7 +103,7 @@ def run_size(size: int, *, queries: int, keep: bool, dsn: str | None, seed: int,
     """One size, in this process: returns the measurements as a dict."""
     from retrieval_assets import bm25, hybrid, pg, store, tsquery
     from retrieval_assets.embed import HashEmbedder
-    from retrieval_assets.params import EF_SEARCH_MAX, RetrievalParams
+    from retrieval_assets.params import RetrievalParams, hnsw_ef_search
     from retrieval_assets.synthetic import Corpus
     from retrieval_assets.tables import statement
 
@@ -210,7 +210,7 @@ def run_size(size: int, *, queries: int, keep: bool, dsn: str | None, seed: int,
 
         def uses_hnsw(vec, n: int) -> bool:
             with conn.transaction():
-                conn.execute("SELECT set_config('hnsw.ef_search', %s, true)", (str(min(max(n, 40), EF_SEARCH_MAX)),))
+                conn.execute("SELECT set_config('hnsw.ef_search', %s, true)", (str(hnsw_ef_search(n)),))
                 plan = conn.execute(statement(schema, "EXPLAIN SELECT chunk_id FROM {chunks} ORDER BY embedding <=> %s LIMIT %s"),
                                     (vec, n)).fetchall()
             return any("chunks_embedding_hnsw" in r[0] for r in plan)
@@ -260,6 +260,8 @@ def _phase(r: dict, name: str) -> str:
 
 
 def markdown(results: list[dict], info: dict) -> str:
+    from retrieval_assets.params import hnsw_ef_search
+
     cols = [_label(r["chunks"]) for r in results]
 
     def row(name: str, fmt) -> str:
@@ -315,7 +317,7 @@ def markdown(results: list[dict], info: dict) -> str:
         row("**hybrid query p50** / p95 (ms), ts_rank_cd", lambda r: f"**{r['hybrid_p50_ms']:.1f}** / {r['hybrid_p95_ms']:.1f}"),
         row("hybrid query p50 / p95 (ms), BM25", lambda r: f"{r['hybrid_bm25_p50_ms']:.1f} / {r['hybrid_bm25_p95_ms']:.1f}"),
         row("rows matching a text query, p50 / p95", lambda r: f"{r['text_matches_p50']:,.0f} / {r['text_matches_p95']:,.0f}"),
-        *[row(f"{'**' if n == HEADLINE_N else ''}vector recall@10, n={n} (ef_search {min(max(n, 40), 1000)}){'**' if n == HEADLINE_N else ''}"
+        *[row(f"{'**' if n == HEADLINE_N else ''}vector recall@10, n={n} (ef_search {hnsw_ef_search(n)}){'**' if n == HEADLINE_N else ''}"
               " (vector p50)", lambda r, n=n: sweep(r, n)) for n in RECALL_NS],
         row("recall@10, n=50, passage queries (control)", lambda r: f"{r['recall_passages']['recall']:.3f}"),
         row("**peak memory of the indexing process (MB)**", lambda r: f"**{r['peak_mb']:.0f}**"),

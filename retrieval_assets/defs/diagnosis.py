@@ -9,7 +9,6 @@ from retrieval_assets import diagnose, partitions, pipeline
 from retrieval_assets.defs.partitions import embedders
 from retrieval_assets.defs.resources import CorpusResource, PostgresResource, user_errors
 from retrieval_assets.evaluation import Evaluation
-from retrieval_assets.pipeline import Retriever
 from retrieval_assets.types import Chunk, Document, GoldenQuery
 
 
@@ -62,7 +61,8 @@ def what_ifs(context: dg.AssetExecutionContext, postgres: PostgresResource, corp
     with user_errors(f"what_ifs {key}"), postgres.connect() as conn:
         retriever = pipeline.retriever(conn, postgres.schema(key, corpus=corpus.key), partitions.embedder(key), eval_run.params)
         other = "minilm" if key != "minilm" else "hash"
-        others = {other: Retriever(postgres.schema(other, corpus=corpus.key), partitions.embedder(other), retriever.reranker)
+        others = {other: pipeline.retriever(conn, postgres.schema(other, corpus=corpus.key), partitions.embedder(other), eval_run.params,
+                                            reranker=retriever.reranker)
                   if partitions.get(other).available() else None}
         results = diagnose.what_if(conn, retriever, golden_queries, documents, chunks, eval_run.params,
                                    scratch=postgres.schema(key, "whatif", corpus.key, run=context.run.run_id[:8]), others=others, progress=context.log.info)
