@@ -401,6 +401,7 @@ def _ladder_recall(conn: psycopg.Connection, schema: str, embedder: Embedder, sa
                 rows = np.stack([r[0].to_numpy() for r in batch]).astype(np.float64)
                 distances = 1.0 - unit @ rows.T / np.maximum(np.linalg.norm(rows, axis=1), 1e-12)  # (queries, batch)
                 best = np.sort(np.concatenate([best, distances], axis=1), axis=1)[:, :k]
+        available = np.isfinite(best).sum(axis=1)  # neighbours per query: k, or every row of a smaller table
         search = statement(schema, "SELECT embedding FROM {chunks} ORDER BY embedding <=> %(q)s LIMIT %(k)s")
         recalls = {}
         with conn.cursor(binary=True) as cur:
@@ -411,8 +412,8 @@ def _ladder_recall(conn: psycopg.Connection, schema: str, embedder: Embedder, sa
                     # the found rows' distances in float64 like the exact ones (pgvector's own are float32 sums)
                     found = np.stack([r[0].to_numpy() for r in cur.execute(search, {"q": vector, "k": k}).fetchall()]).astype(np.float64)
                     distances = 1.0 - found @ unit[j] / np.maximum(np.linalg.norm(found, axis=1), 1e-12)
-                    hits += int(np.sum(distances <= best[j, -1] + 1e-9))
-                recalls[ef] = hits / (k * len(vectors))
+                    hits += int(np.sum(distances <= best[j, available[j] - 1] + 1e-9))
+                recalls[ef] = hits / int(available.sum())
     return recalls, len(vectors)
 
 

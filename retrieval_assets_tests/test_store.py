@@ -403,3 +403,13 @@ def test_the_ladder_keeps_the_graph_at_the_least_ef_search_that_reaches_the_targ
         assert seen == [rung, 1000]
     finally:
         table.execute("RESET enable_seqscan")
+
+
+def test_a_table_smaller_than_k_is_judged_on_the_neighbours_it_has(table, schema):
+    """Four rows: every query's exact top 10 is those four, and finding all four is recall 1 (was 0.4)."""
+    store.sync(table, schema, make_chunks("s", ["rotate the signing key now", "keys live in the token",
+                                                "install the tool first", "point the tool at the registry"]), HashEmbedder())
+    assert store.vector_recall(table, schema, HashEmbedder()) == (1.0, 4)
+    with table.transaction():
+        chosen = store.choose_vector_index(table, schema, HashEmbedder())
+    assert chosen.kind == "hnsw" and chosen.recall == 1.0 and chosen.ef_search == 50
