@@ -43,8 +43,7 @@ from pgvector import HalfVector
 from psycopg import sql
 
 from benchmarks import common
-from retrieval_assets import pg
-from retrieval_assets.defs.resources import postgres_resource
+from retrieval_assets import partitions, pg
 from retrieval_assets.embed import HashEmbedder
 from retrieval_assets.synthetic import Corpus
 
@@ -100,7 +99,7 @@ class StandinEmbedder:
 
 def minilm_fixture_vectors(conn: psycopg.Connection) -> np.ndarray:
     """MiniLM's vectors of the fixture corpus, from the fixture's ``minilm`` schema (ValueError if it is empty)."""
-    schema = postgres_resource().schema("minilm", corpus="fixture")
+    schema = partitions.schema_name("minilm", prefix=partitions.env_prefix())  # the assets' fixture index
     if conn.execute("SELECT to_regclass(%s)", (f"{schema}.chunks",)).fetchone()[0] is None:
         raise ValueError(f"no {schema}.chunks: run `uv run dg launch --job evaluate_embedders --partition minilm` first")
     with conn.cursor(binary=True) as cur:
