@@ -21,7 +21,7 @@ CHUNK_COLUMNS: dict[str, str] = {f.name: _PG_TYPES[str(f.type)] for f in fields(
 
 # Every table a partition's schema holds: the chunks and the BM25 statistics kept beside them;
 # vector_index: the one row saying which vector search the table got after its last bulk load (store.choose_vector_index).
-TABLES = ("chunks", "chunk_lengths", "chunk_terms", "term_df", "bm25_stats", "vector_index")
+TABLES = ("chunks", "chunk_lengths", "postings", "term_df", "bm25_stats", "vector_index")
 
 
 def column_list(*extra: str, prefix: str = "") -> sql.Composed:
@@ -31,7 +31,7 @@ def column_list(*extra: str, prefix: str = "") -> sql.Composed:
 
 
 def statement(schema: str, template: str, **extra: sql.Composable) -> sql.Composed:
-    """``template`` with ``{chunks}``, ``{chunk_terms}``, ... qualified by ``schema``, and ``extra`` filled in."""
+    """``template`` with ``{chunks}``, ``{postings}``, ... qualified by ``schema``, and ``extra`` filled in."""
     return sql.SQL(template).format(**{t: sql.Identifier(schema, t) for t in TABLES}, **extra)
 
 

@@ -65,11 +65,25 @@ def stats_from_scratch(conn, schema):
     return (len(ids), sum(len(t) for t in tokens)), postings, sorted(df.items())
 
 
+def check_blocks(conn, schema):
+    """The block layout bm25_search relies on: per term, blocks of 1 to BLOCK postings, cids
+    ascending inside each, keyed by their first cid, ranges disjoint; the three arrays aligned."""
+    rows = conn.execute(statement(schema, "SELECT term, first_cid, cids, tfs, lens FROM {postings} ORDER BY term, first_cid")).fetchall()
+    last = {}
+    for term, first, cids, tfs, lens in rows:
+        assert 1 <= len(cids) <= bm25.BLOCK and len(cids) == len(tfs) == len(lens), (term, first)
+        assert cids[0] == first and cids == sorted(set(cids)), (term, first, cids)
+        assert last.get(term, -1) < first, (term, first)
+        last[term] = cids[-1]
+
+
 def stats_kept(conn, schema):
+    check_blocks(conn, schema)
     n, total = conn.execute(statement(schema, "SELECT n, total_len FROM {bm25_stats}")).fetchone()
     return (
         (n, total),
-        sorted(conn.execute(statement(schema, "SELECT term, chunk_id, tf, len FROM {chunk_terms}")).fetchall()),
+        sorted(conn.execute(statement(schema, """SELECT p.term, cl.chunk_id, u.tf, u.len
+            FROM {postings} p, unnest(p.cids, p.tfs, p.lens) AS u(cid, tf, len) JOIN {chunk_lengths} cl USING (cid)""")).fetchall()),
         sorted(conn.execute(statement(schema, "SELECT term, df FROM {term_df}")).fetchall()),
     )
 
@@ -98,6 +112,31 @@ def test_pruned_top_n_equals_bm25s(indexed, schema, golden, n, monkeypatch):
     assert pruned >= len(golden) // 2  # the lead alone settled most queries
 
 
+def test_exact_over_small_blocks(indexed, scratch, golden, monkeypatch):
+    """Blocks of 3 split every term's postings over many blocks: the lead's block lookups (greatest
+    first cid at or below the chunk's) and the full read still give bm25s's exact top n."""
+    _, embedder, chunks = indexed
+    conn, schema = scratch
+    monkeypatch.setattr(bm25, "BLOCK", 3)
+    store.drop(conn, schema)
+    store.create(conn, schema, embedder.dims)
+    store.sync(conn, schema, chunks, embedder)
+    check_blocks(conn, schema)
+    assert conn.execute(statement(schema, "SELECT max(cardinality(cids)) FROM {postings}")).fetchone()[0] == 3
+    ids, score = peer_scorer(conn, schema)
+    for cost in (0, bm25.LOOKUP_COST):  # the lead path forced, then bm25_search's own choice
+        monkeypatch.setattr(bm25, "LOOKUP_COST", cost)
+        for q in golden[:16]:
+            expected, negative = score(q.query)
+            if negative is not None:
+                continue
+            top = sorted((i for i in range(len(ids)) if expected[i] > 0), key=lambda i: (-expected[i], ids[i]))[:10]
+            hits = bm25.bm25_search(conn, schema, q.query, n=10)
+            assert [h.chunk_id for h in hits] == [ids[i] for i in top], (q.query_id, cost)
+            assert [h.score for h in hits] == pytest.approx([float(expected[i]) for i in top], abs=1e-6)
+    store.drop(conn, schema)
+
+
 def make(doc, texts):
     return [Chunk(f"{doc}#{i:03d}", doc, "", 0, len(t), t) for i, t in enumerate(texts)]
 
@@ -113,15 +152,21 @@ def scratch(pg_dsn, schema):
             connection.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(name)))
 
 
-def test_statistics_stay_exact_through_inserts_edits_and_deletions(scratch):
+@pytest.mark.parametrize("block", [2, 128])
+def test_statistics_stay_exact_through_inserts_edits_and_deletions(scratch, block, monkeypatch):
+    """Blocks of 2 make every write split, append to and empty blocks; 128 is the real size."""
+    monkeypatch.setattr(bm25, "BLOCK", block)
     conn, schema = scratch
     store.drop(conn, schema)
     store.create(conn, schema, 256)
     e = HashEmbedder()
+    shared = [f"common shared words, number {i}" for i in range(7)]
     steps = [
         make("a", ["Ranking ranks the ranked lists", "the of and"]) + make("b", ["BM25 saturates term frequency"]),
         make("a", ["Ranking ranks the ranked lists again", "fresh words here"]) + make("b", ["BM25 saturates term frequency"]),
-        make("b", ["BM25 saturates term frequency", "a second chunk of b"]),
+        make("b", ["BM25 saturates term frequency", "a second chunk of b"]) + make("c", shared),
+        make("b", ["BM25 saturates term frequency"]) + make("c", shared[:1] + ["gap"] + shared[2:5] + ["common words again"] + shared[6:]),
+        make("c", shared + ["common shared words, one more"]),
         [],
     ]
     for chunks in steps:
@@ -137,9 +182,16 @@ def test_backfill_of_a_table_that_predates_the_postings(scratch):
     store.drop(conn, schema)
     store.create(conn, schema, 256)
     store.sync(conn, schema, make("a", ["alpha beta", "gamma delta gamma"]), HashEmbedder())
-    conn.execute(statement(schema, "DROP TABLE {chunk_terms}, {chunk_lengths}, {bm25_stats}"))
+    conn.execute(statement(schema, "DROP TABLE {postings}, {chunk_lengths}, {bm25_stats}"))
     store.create(conn, schema, 256)
     assert stats_kept(conn, schema) == stats_from_scratch(conn, schema)
+    # a schema from before block postings: one row per posting in chunk_terms, lengths without cid
+    conn.execute(statement(schema, "DROP TABLE {postings}, {chunk_lengths}"))
+    conn.execute(statement(schema, "CREATE TABLE {chunk_lengths} (chunk_id text PRIMARY KEY, len int)"))
+    conn.execute(sql.SQL("CREATE TABLE {} (term text, chunk_id text, tf int, len int)").format(sql.Identifier(schema, "chunk_terms")))
+    store.create(conn, schema, 256)
+    assert stats_kept(conn, schema) == stats_from_scratch(conn, schema)
+    assert conn.execute("SELECT to_regclass(%s)", (f"{schema}.chunk_terms",)).fetchone()[0] is None
     conn.execute(statement(schema, "DROP TABLE {term_df}"))  # postings from before document frequencies were kept
     store.create(conn, schema, 256)
     assert stats_kept(conn, schema) == stats_from_scratch(conn, schema)

@@ -77,19 +77,21 @@ def latency(name: str, conn, schema, queries: list[str], kinds=KINDS) -> None:
 
 
 def lookup_cost(name: str, conn, schema) -> None:
-    """What bm25.LOOKUP_COST stands for: a primary-key lookup of one (term, chunk) pair against
-    one posting read in a term's range scan, both inside one statement as bm25_search runs them."""
+    """What bm25.LOOKUP_COST stands for: the lookup of one (term, chunk) pair in its block against
+    one posting read in a term's scan of its blocks, both inside one statement as bm25_search runs them."""
     terms = [r[0] for r in conn.execute(statement(schema, "SELECT term FROM {term_df} ORDER BY df DESC LIMIT 20"))]
-    pairs = conn.execute(statement(schema, "SELECT term, chunk_id FROM {chunk_terms} TABLESAMPLE SYSTEM (5) LIMIT 20000")).fetchall()
+    pairs = conn.execute(statement(schema, "SELECT p.term, u.cid FROM {postings} p TABLESAMPLE SYSTEM (5), unnest(p.cids) AS u(cid) LIMIT 20000")).fetchall()
     scan, lookup = [], []
     for _ in range(5):
         start = time.perf_counter()
-        read = conn.execute(statement(schema, "SELECT count(*) FROM {chunk_terms} WHERE term = ANY(%s) AND tf > 0"), (terms,)).fetchone()[0]
+        read = conn.execute(statement(schema, "SELECT count(*) FROM {postings} p, unnest(p.tfs) AS u(tf) WHERE p.term = ANY(%s) AND u.tf > 0"),
+                            (terms,)).fetchone()[0]
         scan.append((time.perf_counter() - start) / read)
         start = time.perf_counter()
         conn.execute(
-            statement(schema, """SELECT count(*) FROM unnest(%s::text[], %s::text[]) AS p(term, chunk_id)
-               CROSS JOIN LATERAL (SELECT tf FROM {chunk_terms} t WHERE t.term = p.term AND t.chunk_id = p.chunk_id) x"""),
+            statement(schema, """SELECT count(*) FROM unnest(%s::text[], %s::int4[]) AS p(term, cid)
+               CROSS JOIN LATERAL (SELECT b.tfs[array_position(b.cids, p.cid)] FROM {postings} b
+                                   WHERE b.term = p.term AND b.first_cid <= p.cid ORDER BY b.first_cid DESC LIMIT 1) x"""),
             ([t for t, _ in pairs], [c for _, c in pairs]),
         ).fetchone()
         lookup.append((time.perf_counter() - start) / len(pairs))

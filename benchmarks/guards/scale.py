@@ -161,7 +161,7 @@ def run_size(size: int, *, queries: int, keep: bool, dsn: str | None, seed: int,
         out["postings_bytes"] = conn.execute(
             "SELECT coalesce(sum(pg_total_relation_size(c.oid)), 0)::bigint FROM pg_class c "
             "WHERE c.relnamespace = (SELECT oid FROM pg_namespace WHERE nspname = %s) "
-            "AND c.relname IN ('chunk_terms', 'chunk_lengths') AND c.relkind = 'r'", (schema,)
+            "AND c.relname IN ('postings', 'chunk_lengths', 'term_df') AND c.relkind = 'r'", (schema,)
         ).fetchone()[0]
 
         # -- latency ---------------------------------------------------------------------------------
