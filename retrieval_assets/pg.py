@@ -14,13 +14,14 @@ import os
 import sys
 import threading
 import warnings
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from urllib.parse import quote
 
 import psycopg
 from pgvector.psycopg import register_vector
-from psycopg import sql
+from psycopg import pq, sql
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 ENV_DSN = "RETRIEVAL_DSN"
@@ -169,6 +170,64 @@ def connect(dsn: str | None = None, *, autocommit: bool = True) -> psycopg.Conne
         conn.close()
         raise
     return conn
+
+
+IDLE_MAX = 2  # idle connections a process keeps per server between ``session`` blocks
+_IDLE: dict[tuple[int, str], list[psycopg.Connection]] = {}  # (pid, DSN) -> idle connections
+_IDLE_LOCK = threading.Lock()
+
+
+@contextmanager
+def session(dsn: str | None = None) -> Iterator[psycopg.Connection]:
+    """A ``connect``-ed autocommit connection for the block, reused from this process's idle ones.
+
+    A run's steps (and the IO manager between them) each used to open a connection, so each
+    started a server backend with cold catalog caches and no prepared statements; ``session``
+    hands the next block the backend the last one left. A connection comes back clean or not at
+    all: a transaction left open is rolled back, ``RESET ALL`` undoes session settings,
+    ``DISCARD TEMP`` drops temporary tables and session advisory locks are released; a broken or
+    closed one, one switched out of autocommit or given another row factory, or one beyond
+    ``IDLE_MAX`` is closed. Idle connections belong to the process that opened them (a forked
+    child opens its own)."""
+    resolved = resolve_dsn(dsn)
+    key = (os.getpid(), resolved)
+    conn = None
+    with _IDLE_LOCK:
+        idle = _IDLE.get(key, [])
+        while idle and conn is None:
+            candidate = idle.pop()
+            if candidate.closed or candidate.info.status != pq.ConnStatus.OK:
+                candidate.close()
+            else:
+                conn = candidate
+    if conn is None:
+        conn = connect(resolved)
+    row_factory = conn.row_factory
+    try:
+        yield conn
+    finally:
+        _give_back(key, conn, row_factory)
+
+
+def _give_back(key: tuple[int, str], conn: psycopg.Connection, row_factory) -> None:
+    if conn.closed or not conn.autocommit or conn.row_factory is not row_factory or conn.info.status != pq.ConnStatus.OK:
+        conn.close()
+        return
+    try:
+        if conn.info.transaction_status != pq.TransactionStatus.IDLE:
+            conn.rollback()
+        conn.execute("RESET ALL")
+        conn.execute("DISCARD TEMP")
+        conn.execute("SELECT pg_advisory_unlock_all()")
+    except psycopg.Error:
+        conn.close()
+        return
+    with _IDLE_LOCK:
+        idle = _IDLE.setdefault(key, [])
+        if len(idle) < IDLE_MAX:
+            idle.append(conn)
+            return
+    conn.close()
 
 
 def main(argv: list[str] | None = None) -> int:

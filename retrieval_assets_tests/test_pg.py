@@ -51,3 +51,44 @@ def test_embedded_default_starts_once_and_is_reused(tmp_path, monkeypatch):
     finally:
         assert pg.stop_embedded()
     assert not pg.stop_embedded()
+
+
+def test_session_reuses_one_backend_and_hands_it_back_clean(pg_dsn):
+    import psycopg
+
+    with pg.session(pg_dsn) as first:
+        pid = first.info.backend_pid
+        default_timeout = first.execute("SHOW statement_timeout").fetchone()[0]
+        first.execute("SET statement_timeout = '1234ms'")
+        first.execute("CREATE TEMP TABLE session_scratch (x int)")
+        first.execute("SELECT pg_advisory_lock(424242)")
+        first.execute("BEGIN")  # a transaction left open
+        first.execute("SELECT 1")
+    with pg.session(pg_dsn) as second:
+        assert second.info.backend_pid == pid  # the same server backend, warm
+        assert second.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
+        assert second.execute("SHOW statement_timeout").fetchone()[0] == default_timeout
+        assert second.execute("SELECT to_regclass('pg_temp.session_scratch')").fetchone()[0] is None
+        assert second.execute("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND pid = pg_backend_pid()").fetchone()[0] == 0
+
+
+def test_session_drops_connections_it_cannot_vouch_for(pg_dsn):
+    with pg.session(pg_dsn) as conn:
+        pid = conn.info.backend_pid
+        conn.close()
+    with pg.session(pg_dsn) as conn:
+        assert conn.info.backend_pid != pid and not conn.closed
+        conn.autocommit = False  # switched out of autocommit: not reused
+        pid = conn.info.backend_pid
+    with pg.session(pg_dsn) as conn:
+        assert conn.info.backend_pid != pid and conn.autocommit
+        with pg.session(pg_dsn) as nested:  # two blocks at once get two connections
+            assert nested.info.backend_pid != conn.info.backend_pid
+
+
+def test_session_gives_a_clear_error_for_an_unreachable_server():
+    port = _free_port()
+    with pytest.raises(pg.ConnectError, match=f"port={port}") as err:
+        with pg.session(f"postgresql://alice:s3cr3t-pw@127.0.0.1:{port}/ragdb"):
+            pass
+    assert "s3cr3t" not in str(err.value)

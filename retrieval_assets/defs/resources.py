@@ -4,7 +4,7 @@ bad-input errors into one clear step failure."""
 
 import os
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 
 import dagster as dg
@@ -59,8 +59,9 @@ class PostgresResource(dg.ConfigurableResource):
     def io_schema(self) -> str:
         return self.schema_prefix + partitions.IO_VALUES
 
-    def connect(self) -> psycopg.Connection:
-        return pg.connect(self.dsn)
+    def connect(self) -> AbstractContextManager[psycopg.Connection]:
+        """``with postgres.connect() as conn``: a connection for the block, reused across the run's steps (``pg.session``)."""
+        return pg.session(self.dsn)
 
 
 USER_ERRORS = (CorpusError, GoldenError, pg.ConnectError, ModelUnavailableError, store.ShrinkError, store.ChunkTooLargeError)
