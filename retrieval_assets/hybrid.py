@@ -51,12 +51,19 @@ def _one_trip(conn: psycopg.Connection):
         yield
 
 
-def _send_vector(conn: psycopg.Connection, schema: str, vector: np.ndarray, n: int, ef_search: int | None):
+# an exact scan of the narrow copy (store.exact_copy): same distances as the chunk table's, ties by chunk_id
+_EXACT = """SELECT chunk_id, 1 - distance FROM (
+               SELECT chunk_id, embedding <=> %(q)s AS distance FROM {vectors} ORDER BY distance, chunk_id LIMIT %(n)s) AS top"""
+
+
+def _send_vector(conn: psycopg.Connection, schema: str, vector: np.ndarray, n: int, ef_search: int | None, exact: bool = False):
     """Execute ``vector_search``'s statements (inside ``_one_trip``); the cursor of its rows, or None when it has none."""
     if ef_search is not None and ef_search < 1:
         raise ValueError(f"ef_search must be at least 1, got {ef_search}")
     if n < 1 or not np.any(vector):
         return None
+    if exact:
+        return conn.execute(statement(schema, _EXACT), {"q": np.asarray(vector, dtype=np.float32), "n": n})
     conn.execute("SELECT set_config('hnsw.ef_search', %s, true)", (str(hnsw_ef_search(n, ef_search)),))
     if n > EF_SEARCH_MAX:  # pgvector 0.8: keep scanning the graph until n rows pass
         conn.execute("SELECT set_config('hnsw.iterative_scan', 'strict_order', true)")
@@ -70,15 +77,17 @@ def _send_vector(conn: psycopg.Connection, schema: str, vector: np.ndarray, n: i
 
 
 def vector_search(conn: psycopg.Connection, schema: str, vector: np.ndarray, n: int = DEFAULT.n, *,
-                  ef_search: int | None = DEFAULT.ef_search) -> list[Hit]:
+                  ef_search: int | None = DEFAULT.ef_search, exact: bool = False) -> list[Hit]:
     """Top ``n`` chunks by cosine distance to ``vector``, scored ``1 - distance``; [] for the zero vector.
 
     The HNSW candidate list is ``ef_search`` (default ``n``; at least pgvector's default 40, at
     most 1000): raise it above ``n`` to trade latency for recall (benchmarks/results/scale.md).
     The setting is transaction-local and sent with the query, in one round trip (``_one_trip``).
+    ``exact``: scan the table's narrow copy of the embeddings (``store.exact_copy``, present when
+    the table was chosen to scan exactly) instead, ties broken by chunk_id.
     """
     with _one_trip(conn):
-        cursor = _send_vector(conn, schema, vector, n, ef_search)
+        cursor = _send_vector(conn, schema, vector, n, ef_search, exact)
     return as_hits(cursor.fetchall()) if cursor is not None else []
 
 
@@ -185,24 +194,25 @@ def fuse(lists: Sequence[Sequence[Hit]], params: RetrievalParams = DEFAULT) -> l
 
 
 def first_stage(conn: psycopg.Connection, schema: str, vector: np.ndarray, query: str,
-                params: RetrievalParams = DEFAULT) -> tuple[list[Hit], list[Hit]]:
+                params: RetrievalParams = DEFAULT, *, exact: bool = False) -> tuple[list[Hit], list[Hit]]:
     """The vector and lexical top ``params.n`` of one query (``vector``: the query's embedding).
 
     Both lists' statements go in one round trip (``_one_trip``): the ef_search setting, the vector
     query and the lexical statement, which parses the query itself. ``ts_rank_cd`` needs no more;
     ``bm25``'s first statement reads the terms' statistics, and its postings take a second trip
     (or more, when max-score pruning widens its lead). Same lists as ``vector_search`` and
-    ``lexical_search`` called one after the other."""
+    ``lexical_search`` called one after the other (``exact``: as ``vector_search``'s)."""
     send_lexical = _lexical(_SEND_LEXICAL, params.lexical)
     with _one_trip(conn):
-        cursor = _send_vector(conn, schema, vector, params.n, params.ef_search)
+        cursor = _send_vector(conn, schema, vector, params.n, params.ef_search, exact)
         read_lexical = send_lexical(conn, schema, query, params.n)
     return as_hits(cursor.fetchall()) if cursor is not None else [], read_lexical()
 
 
-def search(conn: psycopg.Connection, schema: str, embedder: Embedder, query: str, params: RetrievalParams = DEFAULT) -> list[Ranked]:
+def search(conn: psycopg.Connection, schema: str, embedder: Embedder, query: str, params: RetrievalParams = DEFAULT, *,
+           exact: bool = False) -> list[Ranked]:
     """Fuse the vector and lexical top ``params.n`` (``fuse``: ``params.fusion``, ``params.weights``) and return the first ``params.k``
-    (the query cut to ``params.limit_query``)."""
+    (the query cut to ``params.limit_query``; ``exact`` as ``vector_search``'s)."""
     query = limit_query(query)
-    lists = first_stage(conn, schema, embedder.embed([query])[0], query, params)
+    lists = first_stage(conn, schema, embedder.embed([query])[0], query, params, exact=exact)
     return fuse(lists, params)[: params.k]

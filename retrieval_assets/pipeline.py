@@ -41,6 +41,7 @@ class Retriever:
     embedder: Embedder
     reranker: Reranker | None = None
     ef_search: int | None = None  # the least hnsw.ef_search the table's graph reaches its recall target at (store.vector_index)
+    exact: bool = False  # the table was chosen to scan exactly: vector search reads its narrow copy (store.exact_copy)
 
 
 @dataclass(frozen=True)
@@ -60,10 +61,13 @@ def retriever(conn: psycopg.Connection, schema: str, embedder: Embedder, params:
               reranker: Reranker | None = None) -> Retriever:
     """The retriever ``params`` asks for: ``reranker`` when given, else the BM25 ``LexicalReranker`` with the
     pool's idf or (``params.rerank_idf == "corpus"``) the idf of every chunk in ``schema`` (``corpus_stats``); with the
-    ef_search the table's graph was chosen at after its last bulk load (``store.choose_vector_index``), if any."""
+    ef_search the table's graph was chosen at after its last bulk load (``store.choose_vector_index``), if any, or
+    the exact scan of its narrow copy when that was chosen."""
     if reranker is None:
         reranker = LexicalReranker(corpus=corpus_stats(conn, schema) if params.rerank_idf == "corpus" else None)
     chosen = store.vector_index(conn, schema)
+    if chosen is not None and chosen.kind == "exact" and store.has_exact_copy(conn, schema):
+        return Retriever(schema, embedder, reranker, exact=True)
     return Retriever(schema, embedder, reranker, chosen.ef_search if chosen is not None and chosen.kind == "hnsw" else None)
 
 
@@ -182,7 +186,7 @@ def run(conn: psycopg.Connection, retriever: Retriever, query: str, params: Retr
     read_rows = None
     with timeout(conn, params.statement_timeout_ms):
         if first_stage is None:
-            vector, text = hybrid.first_stage(conn, retriever.schema, vector_q, query, params)
+            vector, text = hybrid.first_stage(conn, retriever.schema, vector_q, query, params, exact=retriever.exact)
         fused = hybrid.fuse([vector, text], params)[: params.n]
         if retriever.reranker is None or not params.rerank or not fused:
             return Trace(vector_q, vector, text, fused, fused, fused[: params.k])

@@ -9,7 +9,9 @@ re-embedding only texts the table does not hold yet; ``count`` returns the row c
 removes it all. The BM25 postings are kept exact by every write. Every dimension mismatch raises
 ValueError before anything is written. After a bulk load the vector search is chosen for the
 table by measured recall (``choose_vector_index``: HNSW at the least ef_search of ``EF_LADDER``
-that reaches ``RECALL_TARGET``, else an exact scan) and recorded in its ``vector_index`` table.
+that reaches ``RECALL_TARGET``, else an exact scan) and recorded in its ``vector_index`` table;
+an exact scan reads ``vectors``, a narrow copy of the embeddings that triggers keep equal to
+``chunks`` (``exact_copy``).
 """
 
 from __future__ import annotations
@@ -107,6 +109,8 @@ def create(conn: psycopg.Connection, schema: str, dims: int) -> None:
         chosen = vector_index(conn, schema)
         if chosen is None or chosen.kind == "hnsw":  # a table chosen to scan exactly gets no graph back
             conn.execute(statement(schema, _HNSW))
+        elif not has_exact_copy(conn, schema):  # chosen before the narrow copy existed
+            exact_copy(conn, schema)
         conn.execute(statement(schema, "CREATE INDEX IF NOT EXISTS chunks_tsv_gin ON {chunks} USING gin (tsv)"))
         conn.execute(statement(schema, "CREATE INDEX IF NOT EXISTS chunks_doc_id ON {chunks} (doc_id)"))
         bm25.create(conn, schema)
@@ -268,6 +272,7 @@ def _bulk(conn: psycopg.Connection, schema: str, chunks: Sequence[Chunk], embedd
         conn.execute(sql.SQL("DROP INDEX {}").format(sql.Identifier(schema, name)))
     if "chunks_embedding_hnsw" not in dict(defs):  # an earlier load chose exact search: this load is checked afresh
         defs = sorted([*defs, ("chunks_embedding_hnsw", statement(schema, _HNSW).as_string(conn))])
+    drop_exact_copy(conn, schema)  # chosen again below; its triggers would copy every batch
     bm25.unkey_terms(conn, schema)
     parts = [chunks[i : i + BULK_BATCH] for i in range(0, len(chunks), BULK_BATCH)]
     with ThreadPoolExecutor(1, thread_name_prefix="embed") as pool:
@@ -461,6 +466,53 @@ def choose_vector_index(conn: psycopg.Connection, schema: str, embedder: Embedde
                                              f"{measured}: below {target} throughout, HNSW dropped; vector search scans the table exactly"))
 
 
+# The narrow copy an exact scan reads: (chunk_id, embedding) inline, about 1 kB a row for 256
+# dimensions, instead of the chunk row with its text and tsvector (100k hash chunks: 37 ms against
+# 111 ms a scan, benchmarks/results/vector_index.md). Statement triggers on chunks keep it equal.
+_MIRROR = {
+    "insert": ("NEW", """INSERT INTO {vectors} (chunk_id, embedding)
+                         SELECT chunk_id, embedding FROM changed WHERE embedding IS NOT NULL
+                         ON CONFLICT (chunk_id) DO UPDATE SET embedding = EXCLUDED.embedding;"""),
+    "update": ("NEW", """INSERT INTO {vectors} (chunk_id, embedding)
+                         SELECT chunk_id, embedding FROM changed WHERE embedding IS NOT NULL
+                         ON CONFLICT (chunk_id) DO UPDATE SET embedding = EXCLUDED.embedding;
+                         DELETE FROM {vectors} v USING changed c WHERE v.chunk_id = c.chunk_id AND c.embedding IS NULL;"""),
+    "delete": ("OLD", "DELETE FROM {vectors} v USING changed c WHERE v.chunk_id = c.chunk_id;"),
+}
+
+
+def exact_copy(conn: psycopg.Connection, schema: str) -> None:
+    """Fill ``vectors`` from ``chunks`` and keep it equal through triggers (inside the caller's transaction;
+    idempotent): what every vector search of a table chosen to scan exactly reads."""
+    dims = table_dims(conn, schema)
+    conn.execute(statement(schema, "CREATE TABLE IF NOT EXISTS {vectors} (chunk_id text PRIMARY KEY, embedding vector({dims}) NOT NULL)",
+                           dims=sql.Literal(int(dims))))
+    conn.execute(statement(schema, "ALTER TABLE {vectors} ALTER COLUMN embedding SET STORAGE PLAIN"))
+    conn.execute(statement(schema, "TRUNCATE {vectors}"))
+    conn.execute(statement(schema, "INSERT INTO {vectors} SELECT chunk_id, embedding FROM {chunks} WHERE embedding IS NOT NULL"))
+    for op, (rows, body) in _MIRROR.items():
+        fn = sql.Identifier(schema, f"vectors_{op}")
+        conn.execute(statement(schema, "CREATE OR REPLACE FUNCTION {fn}() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "
+                               + body + " RETURN NULL; END $$", fn=fn))
+        conn.execute(statement(schema, """CREATE OR REPLACE TRIGGER {name} AFTER {op} ON {chunks}
+                                          REFERENCING {rows} TABLE AS changed FOR EACH STATEMENT EXECUTE FUNCTION {fn}()""",
+                               name=sql.Identifier(f"vectors_{op}"), op=sql.SQL(op.upper()), rows=sql.SQL(rows), fn=fn))
+    conn.execute(statement(schema, "ANALYZE {vectors}"))
+
+
+def drop_exact_copy(conn: psycopg.Connection, schema: str) -> None:
+    """Remove ``vectors`` and its triggers (a table searched through its graph, or about to be bulk loaded)."""
+    if has_exact_copy(conn, schema):
+        for op in _MIRROR:
+            conn.execute(statement(schema, "DROP TRIGGER IF EXISTS {name} ON {chunks}", name=sql.Identifier(f"vectors_{op}")))
+        conn.execute(statement(schema, "DROP TABLE {vectors}"))
+
+
+def has_exact_copy(conn: psycopg.Connection, schema: str) -> bool:
+    """True when ``schema`` holds the exact scan's ``vectors`` table."""
+    return conn.execute("SELECT to_regclass(%s) IS NOT NULL", (sql.Identifier(schema, "vectors").as_string(conn),)).fetchone()[0]
+
+
 def _has_graph(conn: psycopg.Connection, schema: str) -> bool:
     return conn.execute("SELECT EXISTS (SELECT 1 FROM pg_indexes WHERE schemaname = %s AND indexname = 'chunks_embedding_hnsw')",
                         (schema,)).fetchone()[0]
@@ -483,6 +535,10 @@ def _probe(conn: psycopg.Connection, schema: str, embedder: Embedder, sample: in
 
 def _record(conn: psycopg.Connection, schema: str, choice: VectorIndex) -> VectorIndex:
     (log.info if choice.kind == "hnsw" else log.warning)("%s: %s", schema, choice.reason)
+    if choice.kind == "exact":
+        exact_copy(conn, schema)
+    else:
+        drop_exact_copy(conn, schema)
     conn.execute(statement(schema, "DELETE FROM {vector_index}"))
     conn.execute(statement(schema, "INSERT INTO {vector_index} (kind, recall, sample, ef_search, reason) VALUES (%s, %s, %s, %s, %s)"),
                  (choice.kind, choice.recall, choice.sample, choice.ef_search, choice.reason))

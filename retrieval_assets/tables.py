@@ -20,8 +20,9 @@ _PG_TYPES = {"str": "text", "int": "int4"}  # Chunk's annotations (strings under
 CHUNK_COLUMNS: dict[str, str] = {f.name: _PG_TYPES[str(f.type)] for f in fields(Chunk)}
 
 # Every table a partition's schema holds: the chunks and the BM25 statistics kept beside them;
-# vector_index: the one row saying which vector search the table got after its last bulk load (store.choose_vector_index).
-TABLES = ("chunks", "chunk_lengths", "postings", "term_df", "bm25_stats", "vector_index")
+# vector_index: the one row saying which vector search the table got after its last bulk load (store.choose_vector_index);
+# vectors: (chunk_id, embedding) alone, kept by triggers on chunks while that choice is an exact scan (store.exact_copy).
+TABLES = ("chunks", "chunk_lengths", "postings", "term_df", "bm25_stats", "vector_index", "vectors")
 
 
 def column_list(*extra: str, prefix: str = "") -> sql.Composed:

@@ -397,7 +397,7 @@ def test_the_ladder_keeps_the_graph_at_the_least_ef_search_that_reaches_the_targ
         assert retriever.ef_search == rung
         seen = []
         real = hybrid.first_stage
-        monkeypatch.setattr(hybrid, "first_stage", lambda conn, s, v, q, p: seen.append(p.ef_search) or real(conn, s, v, q, p))
+        monkeypatch.setattr(hybrid, "first_stage", lambda conn, s, v, q, p, **kw: seen.append(p.ef_search) or real(conn, s, v, q, p, **kw))
         pipeline.run(table, retriever, "topic3 note7", RetrievalParams())
         pipeline.run(table, retriever, "topic3 note7", RetrievalParams(ef_search=1000))  # a wider search of the caller's stays
         assert seen == [rung, 1000]
@@ -413,3 +413,58 @@ def test_a_table_smaller_than_k_is_judged_on_the_neighbours_it_has(table, schema
     with table.transaction():
         chosen = store.choose_vector_index(table, schema, HashEmbedder())
     assert chosen.kind == "hnsw" and chosen.recall == 1.0 and chosen.ef_search == 50
+
+
+def copy_rows(conn, schema):
+    return conn.execute(statement(schema, "SELECT chunk_id, embedding::text FROM {vectors} ORDER BY chunk_id")).fetchall()
+
+
+def chunk_vectors(conn, schema):
+    return conn.execute(statement(schema, "SELECT chunk_id, embedding::text FROM {chunks} WHERE embedding IS NOT NULL ORDER BY chunk_id")).fetchall()
+
+
+def test_an_exact_table_is_scanned_through_its_narrow_copy_kept_equal_by_every_write(table, schema, monkeypatch):
+    """Chosen exact: ``vectors`` holds every embedding, and sync's inserts, edits and deletes reach it;
+    the retriever scans it, with the lists an exact scan of the chunk table gives; chosen HNSW: it goes."""
+    chunks = make_chunks("e", [f"topic{i % 7} note{i} item{i * 7 % 13}" for i in range(300)])
+    store.sync(table, schema, chunks, HashEmbedder())
+    assert not store.has_exact_copy(table, schema)
+    with table.transaction():  # the choice choose_vector_index records when the graph misses its target
+        store._record(table, schema, store.VectorIndex("exact", 0.5, 1, 400, "test"))
+    assert store.has_exact_copy(table, schema) and copy_rows(table, schema) == chunk_vectors(table, schema)
+    edited = [*chunks[:100], Chunk(chunks[100].chunk_id, "e", "T > S", 0, 9, "an edited text"),
+              *chunks[101:250], *make_chunks("f", ["a new chunk", "another new one"])]
+    store.sync(table, schema, edited, HashEmbedder(), allow_shrink=True)  # 50 deleted, 1 edited, 2 inserted
+    store.upsert(table, schema, make_chunks("u", ["upserted alone"]), HashEmbedder())
+    assert len(copy_rows(table, schema)) == 253 and copy_rows(table, schema) == chunk_vectors(table, schema)
+
+    retriever = pipeline.retriever(table, schema, HashEmbedder(), RetrievalParams())
+    assert retriever.exact and retriever.ef_search is None
+    for query in ["topic3 note7", "an edited text", "new chunk", "item5"]:
+        vector = HashEmbedder().embed([query])[0]
+        with table.transaction():
+            table.execute("SET LOCAL enable_indexscan = off")
+            truth = table.execute(statement(schema, "SELECT chunk_id, embedding <=> %(q)s AS d FROM {chunks} ORDER BY d, chunk_id LIMIT 20"),
+                                  {"q": vector}).fetchall()
+        got = hybrid.vector_search(table, schema, vector, 20, exact=True)
+        assert [h.chunk_id for h in got] == [cid for cid, _ in truth]
+        assert [h.score for h in got] == pytest.approx([1 - d for _, d in truth])
+        assert pipeline.run(table, retriever, query, RetrievalParams()).vector == hybrid.vector_search(table, schema, vector, 50, exact=True)
+
+    # a later check that keeps the graph removes the copy and its triggers; writes go on without it
+    with table.transaction():
+        store._record(table, schema, store.VectorIndex("hnsw", 1.0, 1, 50, "test"))
+    assert not store.has_exact_copy(table, schema)
+    store.upsert(table, schema, make_chunks("v", ["after the copy went"]), HashEmbedder())
+    assert not pipeline.retriever(table, schema, HashEmbedder(), RetrievalParams()).exact
+
+
+def test_an_exact_table_from_before_the_narrow_copy_gets_it_on_create(table, schema):
+    store.sync(table, schema, make_chunks("m", ["one chunk", "two chunks", "three chunks"]), HashEmbedder())
+    with table.transaction():
+        store._record(table, schema, store.VectorIndex("exact", 1.0, 1, 50, "test"))
+        store.drop_exact_copy(table, schema)  # as a schema chosen exact before the copy existed
+    assert not pipeline.retriever(table, schema, HashEmbedder(), RetrievalParams()).exact  # no copy: the chunk table's scan
+    store.create(table, schema, 256)
+    assert store.has_exact_copy(table, schema) and copy_rows(table, schema) == chunk_vectors(table, schema)
+    assert pipeline.retriever(table, schema, HashEmbedder(), RetrievalParams()).exact

@@ -24,7 +24,9 @@ afterwards unless ``--keep``). Per size, with the hash embedder:
    Zipf weights). One unmeasured pass runs every query through every kind (warm caches), then
    a timed pass runs each query through ``hybrid.vector_search`` (query embedding included),
    ``hybrid.text_search`` (ts_rank_cd), ``bm25.bm25_search`` and ``hybrid.search`` with either
-   lexical list (``RetrievalParams(n=50, k=10)`` at the ef_search the table's check chose; query embedding included), in an order rotated
+   lexical list (``RetrievalParams(n=50, k=10)``, the vector search the table's check chose as
+   ``pipeline.retriever`` applies it: HNSW at its ef_search, or the exact scan of the narrow
+   ``vectors`` copy; query embedding included), in an order rotated
    per query; p50 and p95.
 6. HNSW recall@10 of ``vector_search(n)`` (ef_search = max(n, 40)) against exact search
    (same query with ``SET LOCAL enable_indexscan = off``), for several n; a hit counts when
@@ -101,9 +103,9 @@ class PhaseLog(logging.Handler):
 
 def run_size(size: int, *, queries: int, keep: bool, dsn: str | None, seed: int, topics: int, vectors: str = "hash") -> dict:
     """One size, in this process: returns the measurements as a dict."""
-    from retrieval_assets import bm25, hybrid, pg, store, tsquery
+    from retrieval_assets import bm25, hybrid, pg, pipeline, store, tsquery
     from retrieval_assets.embed import HashEmbedder
-    from retrieval_assets.params import RetrievalParams, hnsw_ef_search
+    from retrieval_assets.params import SEED, RetrievalParams, hnsw_ef_search
     from retrieval_assets.synthetic import Corpus
     from retrieval_assets.tables import statement
 
@@ -163,17 +165,24 @@ def run_size(size: int, *, queries: int, keep: bool, dsn: str | None, seed: int,
             "WHERE c.relnamespace = (SELECT oid FROM pg_namespace WHERE nspname = %s) "
             "AND c.relname IN ('postings', 'chunk_lengths', 'term_df') AND c.relkind = 'r'", (schema,)
         ).fetchone()[0]
+        out["vectors_bytes"] = conn.execute("SELECT coalesce(pg_total_relation_size(to_regclass(%s)), 0)",
+                                            (statement(schema, "{vectors}").as_string(conn),)).fetchone()[0]
 
         # -- latency ---------------------------------------------------------------------------------
         qs = corpus.queries(queries)
-        # at the ef_search the table's check chose (pipeline.retriever applies it the same way)
-        params = RetrievalParams(n=50, k=10, ef_search=chosen.ef_search if chosen is not None and chosen.kind == "hnsw" else None)
+        # the vector search the table's check chose, as pipeline.retriever applies it: HNSW at its ef_search,
+        # or the exact scan of the narrow copy
+        chosen_search = pipeline.retriever(conn, schema, embedder, SEED)
+        exact_scan = chosen_search.exact
+        out["exact_copy"] = exact_scan
+        params = RetrievalParams(n=50, k=10, ef_search=chosen_search.ef_search)
         kinds = {
-            "vector": lambda q: hybrid.vector_search(conn, schema, embedder.embed([q])[0], params.n, ef_search=params.ef_search),
+            "vector": lambda q: hybrid.vector_search(conn, schema, embedder.embed([q])[0], params.n, ef_search=params.ef_search,
+                                                     exact=exact_scan),
             "text": lambda q: hybrid.text_search(conn, schema, q, params.n),
             "bm25": lambda q: bm25.bm25_search(conn, schema, q, params.n),
-            "hybrid": lambda q: hybrid.search(conn, schema, embedder, q, params),
-            "hybrid_bm25": lambda q: hybrid.search(conn, schema, embedder, q, params.with_(lexical="bm25")),
+            "hybrid": lambda q: hybrid.search(conn, schema, embedder, q, params, exact=exact_scan),
+            "hybrid_bm25": lambda q: hybrid.search(conn, schema, embedder, q, params.with_(lexical="bm25"), exact=exact_scan),
         }
         for q in qs:  # warm-up: caches, plans, the embedder's token cache
             for fn in kinds.values():
@@ -224,7 +233,7 @@ def run_size(size: int, *, queries: int, keep: bool, dsn: str | None, seed: int,
                 for q, ex in truth:
                     kth, ids = ex[-1][1], {cid for cid, _ in ex}
                     t0 = time.perf_counter()
-                    got = hybrid.vector_search(conn, schema, embedder.embed([q])[0], n)[:10]
+                    got = hybrid.vector_search(conn, schema, embedder.embed([q])[0], n, exact=exact_scan)[:10]
                     seconds.append(time.perf_counter() - t0)
                     hits += sum(1 for h in got if 1 - h.score <= kth + 1e-6) / len(ex)
                     by_id += len(ids & {h.chunk_id for h in got}) / len(ex)
