@@ -448,7 +448,7 @@ def choose_vector_index(conn: psycopg.Connection, schema: str, embedder: Embedde
                 "exact", recall, queries, ladder[-1],
                 f"HNSW recall@10 {recall:.3f} at ef_search {ladder[-1]} on a graph of {PROBE_ROWS:,} of the table's {rows:,} rows, "
                 f"{about.format(queries=queries)}: below {target}, and lower still at full size; no graph built, vector "
-                "search scans the table exactly"))
+                "search scans the table exactly"), phases)
     mark = time.perf_counter()
     conn.execute(statement(schema, _HNSW))
     phases["chunks_embedding_hnsw"] = time.perf_counter() - mark
@@ -463,7 +463,7 @@ def choose_vector_index(conn: psycopg.Connection, schema: str, embedder: Embedde
                                                      f"{measured}: HNSW kept, searched at ef_search {ef} or more (target {target})"))
     conn.execute(sql.SQL("DROP INDEX {}").format(sql.Identifier(schema, "chunks_embedding_hnsw")))
     return _record(conn, schema, VectorIndex("exact", recalls[ladder[-1]], queries, ladder[-1],
-                                             f"{measured}: below {target} throughout, HNSW dropped; vector search scans the table exactly"))
+                                             f"{measured}: below {target} throughout, HNSW dropped; vector search scans the table exactly"), phases)
 
 
 # The narrow copy an exact scan reads: (chunk_id, embedding) inline, about 1 kB a row for 256
@@ -533,10 +533,13 @@ def _probe(conn: psycopg.Connection, schema: str, embedder: Embedder, sample: in
         conn.execute(statement(probe, "DROP TABLE {chunks}"))
 
 
-def _record(conn: psycopg.Connection, schema: str, choice: VectorIndex) -> VectorIndex:
+def _record(conn: psycopg.Connection, schema: str, choice: VectorIndex, phases: dict[str, float] | None = None) -> VectorIndex:
     (log.info if choice.kind == "hnsw" else log.warning)("%s: %s", schema, choice.reason)
     if choice.kind == "exact":
+        mark = time.perf_counter()
         exact_copy(conn, schema)
+        if phases is not None:
+            phases["exact_copy"] = time.perf_counter() - mark
     else:
         drop_exact_copy(conn, schema)
     conn.execute(statement(schema, "DELETE FROM {vector_index}"))
