@@ -466,9 +466,9 @@ def choose_vector_index(conn: psycopg.Connection, schema: str, embedder: Embedde
                                              f"{measured}: below {target} throughout, HNSW dropped; vector search scans the table exactly"), phases)
 
 
-# The narrow copy an exact scan reads: (chunk_id, embedding) inline, about 1 kB a row for 256
-# dimensions, instead of the chunk row with its text and tsvector (100k hash chunks: 37 ms against
-# 111 ms a scan, benchmarks/results/vector_index.md). Statement triggers on chunks keep it equal.
+# The narrow copy an exact scan reads: (chunk_id, embedding) inline, about 1.2 kB a row for 256
+# dimensions, instead of the chunk row with its text and tsvector (100k hash chunks: vector search
+# p50 44 ms against 111 ms, benchmarks/results/scale.md). Statement triggers on chunks keep it equal.
 _MIRROR = {
     "insert": ("NEW", """INSERT INTO {vectors} (chunk_id, embedding)
                          SELECT chunk_id, embedding FROM changed WHERE embedding IS NOT NULL
