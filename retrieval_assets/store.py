@@ -5,7 +5,9 @@ search_path. ``create(conn, schema, dims)`` makes the schema and the seed's ``ch
 with an HNSW cosine index and a GIN index, and the BM25 postings beside it (``bm25``);
 ``upsert`` writes chunks idempotently; ``sync`` makes the table equal to a set of chunks in one
 transaction (a single COPY into a staging table and one merge, under the writers' lock),
-re-embedding only texts the table does not hold yet; ``count`` returns the row count; ``drop``
+re-embedding only texts the table does not hold yet, and returns at once when the table still
+holds what the last sync wrote for the same chunks and embedder (``synced``, cleared by any other
+write); ``count`` returns the row count; ``drop``
 removes it all. The BM25 postings are kept exact by every write. Every dimension mismatch raises
 ValueError before anything is written. After a bulk load the vector search is chosen for the
 table by measured recall (``choose_vector_index``: HNSW at the least ef_search of ``EF_LADDER``
@@ -16,6 +18,7 @@ an exact scan reads ``vectors``, a narrow copy of the embeddings that triggers k
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import re
 import time
@@ -113,6 +116,12 @@ def create(conn: psycopg.Connection, schema: str, dims: int) -> None:
             exact_copy(conn, schema)
         conn.execute(statement(schema, "CREATE INDEX IF NOT EXISTS chunks_tsv_gin ON {chunks} USING gin (tsv)"))
         conn.execute(statement(schema, "CREATE INDEX IF NOT EXISTS chunks_doc_id ON {chunks} (doc_id)"))
+        conn.execute(statement(schema, "CREATE TABLE IF NOT EXISTS {synced} (one bool PRIMARY KEY DEFAULT true CHECK (one), fingerprint text NOT NULL)"))
+        clear = sql.Identifier(schema, "synced_clear")
+        conn.execute(statement(schema, "CREATE OR REPLACE FUNCTION {clear}() RETURNS trigger LANGUAGE plpgsql AS $$ "
+                               "BEGIN DELETE FROM {synced}; RETURN NULL; END $$", clear=clear))
+        conn.execute(statement(schema, """CREATE OR REPLACE TRIGGER synced_clear AFTER INSERT OR UPDATE OR DELETE OR TRUNCATE ON {chunks}
+                                          FOR EACH STATEMENT EXECUTE FUNCTION {clear}()""", clear=clear))
         bm25.create(conn, schema)
 
 
@@ -316,27 +325,51 @@ def sync(conn: psycopg.Connection, schema: str, chunks: Iterable[Chunk], embedde
     non-empty index raises ``ShrinkError`` (nothing changed) unless ``allow_shrink``; a chunk
     too large for a Postgres tsvector raises ``ChunkTooLargeError`` naming it. After a bulk load
     the HNSW index is checked against exact search and kept only when its recall@10 reaches
-    ``recall_target`` (``choose_vector_index``; None: not checked, HNSW kept).
+    ``recall_target`` (``choose_vector_index``; None: not checked, HNSW kept). When the table
+    still holds what the last sync wrote for the same chunks (every field, in the same order) and
+    embedder, nothing is read or written: a trigger clears that record at any other write to
+    ``chunks`` (upsert, SQL of anyone's), so the shortcut never hides a change.
     """
     check_recall_target(recall_target)
     _check_dims(conn, schema, embedder)
     chunks = _unique(chunks)
     _check_sizes(chunks)
     tick = Progress(progress, len(chunks), f"{schema}: chunks through the embedder")
+    fingerprint = _fingerprint(chunks, embedder)
     with conn.transaction():
         _lock(conn, schema)
-        known = dict(conn.execute(statement(schema, "SELECT chunk_id, text FROM {chunks}")).fetchall())
-        doomed = len(known.keys() - {c.chunk_id for c in chunks})
-        if known and doomed * 2 > len(known) and not allow_shrink:
-            raise ShrinkError(f"{schema}: this sync would delete {doomed} of the index's {len(known)} chunks (the corpus has "
-                              f"{len(chunks)}); nothing changed. If the corpus really shrank, sync with allow_shrink=True "
-                              "(asset config chunk_index: allow_shrink: true)")
-        known_texts = set(known.values())
-        if not known_texts and len(chunks) >= max(BULK_MIN, 1):
-            return _bulk(conn, schema, chunks, embedder, tick, recall_target)
-        fresh = {c.chunk_id for c in chunks if c.text not in known_texts}
-        _stage(conn, chunks, _vectors(embedder, chunks, fresh, batch, tick), embedder.dims)
-        inserted, updated, deleted = _merge(conn, schema, delete_missing=True)
+        if conn.execute(statement(schema, "SELECT fingerprint FROM {synced}")).fetchone() == (fingerprint,):
+            return SyncReport(inserted=0, updated=0, deleted=0, unchanged=len(chunks), embedded=0)  # nothing written since
+        report = _sync(conn, schema, chunks, embedder, batch, tick, allow_shrink, recall_target)
+        conn.execute(statement(schema, """INSERT INTO {synced} (fingerprint) VALUES (%s)
+                                          ON CONFLICT (one) DO UPDATE SET fingerprint = EXCLUDED.fingerprint"""), (fingerprint,))
+    return report
+
+
+def _fingerprint(chunks: Sequence[Chunk], embedder: Embedder) -> str:
+    """A hash of the embedder and of every field of every chunk, in order (each value length-prefixed)."""
+    digest = hashlib.sha256()
+    for value in (embedder.name, embedder.dims, *(getattr(c, name) for c in chunks for name in CHUNK_COLUMNS)):
+        text = str(value)
+        digest.update(f"{len(text)}:{text}".encode())
+    return digest.hexdigest()
+
+
+def _sync(conn: psycopg.Connection, schema: str, chunks: list[Chunk], embedder: Embedder, batch: int,
+          tick: Callable[[int], None], allow_shrink: bool, recall_target: float | None) -> SyncReport:
+    """``sync``'s writes, inside its transaction and lock."""
+    known = dict(conn.execute(statement(schema, "SELECT chunk_id, text FROM {chunks}")).fetchall())
+    doomed = len(known.keys() - {c.chunk_id for c in chunks})
+    if known and doomed * 2 > len(known) and not allow_shrink:
+        raise ShrinkError(f"{schema}: this sync would delete {doomed} of the index's {len(known)} chunks (the corpus has "
+                          f"{len(chunks)}); nothing changed. If the corpus really shrank, sync with allow_shrink=True "
+                          "(asset config chunk_index: allow_shrink: true)")
+    known_texts = set(known.values())
+    if not known_texts and len(chunks) >= max(BULK_MIN, 1):
+        return _bulk(conn, schema, chunks, embedder, tick, recall_target)
+    fresh = {c.chunk_id for c in chunks if c.text not in known_texts}
+    _stage(conn, chunks, _vectors(embedder, chunks, fresh, batch, tick), embedder.dims)
+    inserted, updated, deleted = _merge(conn, schema, delete_missing=True)
     return SyncReport(
         inserted=inserted,
         updated=updated,

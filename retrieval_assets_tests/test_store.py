@@ -468,3 +468,34 @@ def test_an_exact_table_from_before_the_narrow_copy_gets_it_on_create(table, sch
     store.create(table, schema, 256)
     assert store.has_exact_copy(table, schema) and copy_rows(table, schema) == chunk_vectors(table, schema)
     assert pipeline.retriever(table, schema, HashEmbedder(), RetrievalParams()).exact
+
+
+def test_a_sync_of_what_the_table_already_holds_reads_and_writes_nothing(table, schema, monkeypatch):
+    """The second sync of the same chunks returns at once (no staging, no embedding); an upsert, a write
+    in SQL, another embedder or another chunk order in between means a full sync again, with the right counts."""
+    chunks = make_chunks("s", [f"chunk number {i} about topic{i % 5}" for i in range(40)])
+    assert store.sync(table, schema, chunks, HashEmbedder()).inserted == 40
+    staged = []
+    real_stage = store._stage
+    monkeypatch.setattr(store, "_stage", lambda *a, **k: staged.append(1) or real_stage(*a, **k))
+    counting = CountingEmbedder()
+    assert store.sync(table, schema, chunks, counting) == store.SyncReport(0, 0, 0, 40, 0)
+    assert staged == [] and counting.seen == []
+
+    store.upsert(table, schema, [Chunk(chunks[3].chunk_id, "s", "T > S", 0, 5, "changed by an upsert")], HashEmbedder())
+    staged.clear()
+    report = store.sync(table, schema, chunks, counting)
+    assert (report.updated, report.unchanged, staged) == (1, 39, [1])  # the upsert cleared the record: chunk 3 restored
+    assert store.sync(table, schema, chunks, counting).unchanged == 40 and staged == [1]
+
+    table.execute(statement(schema, "DELETE FROM {chunks} WHERE chunk_id = %s"), (chunks[7].chunk_id,))  # behind the store's back
+    assert store.sync(table, schema, chunks, counting).inserted == 1 and store.count(table, schema) == 40
+    table.execute(statement(schema, "TRUNCATE {chunks} CASCADE"))
+    assert store.sync(table, schema, chunks, HashEmbedder()).inserted == 40
+
+    staged.clear()
+    store.sync(table, schema, list(reversed(chunks)), HashEmbedder())  # same set, another order: synced again
+    store.sync(table, schema, chunks, HashEmbedder(256))  # a new but equal embedder (same name and dims): the order back
+    assert len(staged) == 2 and store.sync(table, schema, chunks, HashEmbedder(256)).unchanged == 40 and len(staged) == 2
+    with pytest.raises(ValueError, match="dimensions"):
+        store.sync(table, schema, chunks, HashEmbedder(dims=64))  # another embedder is refused before the shortcut
