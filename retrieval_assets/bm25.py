@@ -8,12 +8,15 @@ partition's schema, backfilling a table that predates them. Lexemes come from th
 so stemming and stop words match full-text search, and a chunk's length is its number of indexed
 tokens. ``store`` keeps them exact by calling ``add_terms`` after it writes chunks and
 ``drop_terms`` before it changes or deletes them (postings are found through the old tsv).
-``bm25_search`` returns exact top-n ``Hit`` lists and never raises on query text.
+``bm25_search`` returns exact top-n ``Hit`` lists and never raises on query text;
+``weighted_search`` does the same for lexemes with weights (each term's contribution times its
+weight), and ``send_expand`` / ``expanded_search`` search a query expanded by RM3
+pseudo-relevance feedback from a first search's top chunks.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 import numpy as np
 import psycopg
@@ -299,21 +302,72 @@ def send_bm25(conn: psycopg.Connection, schema: str, query: str, n: int = 50, *,
     """``bm25_search`` in two steps: send its first statement (the query parsed, the corpus size
     and the query terms' document frequencies), and return the function that reads it and runs
     the rest. In pipeline mode the first statement waits for the caller's sync."""
+    read = send_query(conn, schema, query, n, k1=k1, b=b)
+    return lambda: read()[0]
+
+
+def send_query(conn: psycopg.Connection, schema: str, query: str, n: int = 50, *, k1: float = 1.2,
+               b: float = 0.75) -> Callable[[], tuple[list[Hit], dict | None]]:
+    """``send_bm25`` whose read also returns the query's terms as searched (None without any),
+    which ``send_expand`` takes."""
     if n < 1:
-        return list
+        return lambda: ([], None)
     cursor = conn.execute(statement(schema, _STATS), {"query": clean(query)})
-    return lambda: _finish(conn, schema, cursor.fetchall(), n, k1, b)
+
+    def read() -> tuple[list[Hit], dict | None]:
+        terms = _terms(cursor.fetchall())
+        return ([], None) if terms is None else (_top(conn, schema, terms, n, k1, b), terms)
+    return read
 
 
-def _finish(conn: psycopg.Connection, schema: str, rows: list, n: int, k1: float, b: float) -> list[Hit]:
-    """The top ``n`` from ``_STATS``'s rows: idfs, then the lead or every posting (see ``bm25_search``)."""
-    if not rows:
+def weighted_search(conn: psycopg.Connection, schema: str, terms: Mapping[str, float], n: int = 50, *,
+                    k1: float = 1.2, b: float = 0.75) -> list[Hit]:
+    """Top ``n`` chunks of ``schema`` for weighted lexemes: each term's BM25 contribution (as in
+    ``bm25_search``) times its weight, ties by chunk_id; exact, with the same max-score pruning
+    (a term's bound is its weight times its idf). ``terms``: lexemes as the ``tsv`` column holds
+    them, to weights >= 0 (a zero weight drops the term). All weights 1: ``bm25_search``'s list
+    for a query of those lexemes, score for score."""
+    weights = {str(t): w for t, w in terms.items()}
+    bad = {t: w for t, w in weights.items()
+           if isinstance(w, bool) or not isinstance(w, (int, float, np.floating)) or not np.isfinite(w) or w < 0}
+    if bad:
+        raise ValueError(f"weighted_search: term weights must be finite numbers >= 0, got {bad!r}")
+    kept = sorted(t for t, w in weights.items() if w > 0)
+    if n < 1 or not kept:
         return []
+    rows = conn.execute(statement(schema, _TERM_STATS), {"terms": kept}).fetchall()
+    query = _terms([(None, *r) for r in rows], weights)
+    return [] if query is None else _top(conn, schema, query, n, k1, b)
+
+
+# the corpus size and mean length, and the document frequencies of the lexemes %(terms)s, rarest first
+_TERM_STATS = """SELECT s.n::float8, greatest(s.total_len, 1)::float8 / greatest(s.n, 1), d.term, d.df
+    FROM {bm25_stats} s JOIN {term_df} d ON d.term = ANY(%(terms)s::text[]) AND d.df > 0
+    ORDER BY d.df, d.term"""
+
+
+def _terms(rows: list, weights: Mapping[str, float] | None = None) -> dict | None:
+    """A query's terms from ``_STATS``-shaped rows (negated part, N, mean length, term, df; rarest
+    first): the statement parameters of ``_LEAD`` and ``_ALL`` plus ``dfs``; None without terms.
+    With ``weights`` (term -> weight), each term's idf is multiplied by its weight."""
+    if not rows:
+        return None
     negative, total, avgdl = rows[0][0], rows[0][1], rows[0][2]
     terms = [r[3] for r in rows]  # rarest first
     dfs = np.array([r[4] for r in rows], dtype=np.float64)
     idfs = np.log1p((total - dfs + 0.5) / (dfs + 0.5))
-    params = {"terms": terms, "idfs": idfs.tolist(), "neg": negative, "n": n, "k1": float(k1), "b": float(b), "avgdl": avgdl}
+    plain = idfs
+    if weights is not None:
+        idfs = idfs * np.array([float(weights[t]) for t in terms])
+    return {"terms": terms, "idfs": idfs.tolist(), "plain": plain.tolist(), "dfs": dfs, "neg": negative, "total": total,
+            "avgdl": avgdl}
+
+
+def _top(conn: psycopg.Connection, schema: str, query: dict, n: int, k1: float, b: float) -> list[Hit]:
+    """The top ``n`` for ``_terms``'s ``query``: the lead or every posting (see ``bm25_search``)."""
+    terms, idfs, dfs = query["terms"], np.array(query["idfs"]), query["dfs"]
+    params = {"terms": terms, "idfs": query["idfs"], "neg": query["neg"], "n": n, "k1": float(k1), "b": float(b),
+              "avgdl": query["avgdl"]}
     bound_rest = np.concatenate([np.cumsum(idfs[::-1])[::-1][1:], [0.0]])  # idf sum of the terms after each lead
     lead = int(np.searchsorted(np.cumsum(dfs), n)) + 1  # enough postings for n candidates, if they were distinct
     while lead < len(terms) and np.sum(dfs[:lead]) * len(terms) * LOOKUP_COST < np.sum(dfs):
@@ -324,3 +378,58 @@ def _finish(conn: psycopg.Connection, schema: str, rows: list, n: int, k1: float
         reached = int(np.argmax(bound_rest <= found[-1][1])) + 1 if len(found) == n else 0
         lead = max(lead + 1, reached)
     return as_hits(conn.execute(statement(schema, _ALL), params).fetchall())
+
+
+# RM3 (Lavrenko and Croft's relevance model, interpolated with the query as in Abdul-Jaleel et
+# al., UMass at TREC 2004), estimated from the feedback chunks' own term frequencies (their tsv,
+# as the postings were) and searched at once, in one statement:
+#   P(w|D) = tf(w, D) / |D|, each feedback chunk D weighted by its first-search score over their sum;
+#   P(w|R) = sum over D of weight(D) P(w|D), its top %(m)s terms kept and renormalised;
+#   weight(t) = (1 - lam) [t in the query] + lam |Q| P(t|R)   (|Q| P(t|Q) = 1 for a query term, so
+#   lam = 0 is the first search), each weight multiplying its term's BM25 contribution.
+# Query terms bring their idfs (as the first search computed them); an expansion term's is computed here.
+_EXPAND = f"""
+    WITH fb AS MATERIALIZED (SELECT f.chunk_id, f.score / sum(f.score) OVER () AS w
+                             FROM unnest(%(fb)s::text[], %(fb_scores)s::float8[]) AS f(chunk_id, score)),
+         rel AS MATERIALIZED (SELECT l.lexeme AS term,
+                                     sum(fb.w * cardinality(l.positions)::float8 / greatest(cl.len, 1)) AS p
+                              FROM fb JOIN {{chunks}} c USING (chunk_id) JOIN {{chunk_lengths}} cl USING (chunk_id),
+                                   unnest(c.tsv) AS l
+                              GROUP BY l.lexeme ORDER BY p DESC, l.lexeme COLLATE "C" LIMIT %(m)s),
+         model AS (SELECT term, o.idf, (1 - %(lam)s::float8) * (o.term IS NOT NULL)::int
+                                       + %(lam)s::float8 * %(nq)s * coalesce(r.p / (SELECT sum(p) FROM rel), 0) AS weight
+                   FROM unnest(%(terms)s::text[], %(plain)s::float8[]) AS o(term, idf) FULL JOIN rel r USING (term)),
+         q AS (SELECT m.term, m.weight * coalesce(m.idf, ln(1 + (%(total)s::float8 - d.df + 0.5) / (d.df + 0.5))) AS idf
+               FROM model m JOIN {{term_df}} d ON d.term = m.term COLLATE "C" AND d.df > 0
+               WHERE m.weight > 0),
+         {_NEGATED},
+         scored AS (SELECT u.cid, sum({_TERM_SCORE}) AS score
+                    FROM {{postings}} p JOIN q USING (term), unnest(p.cids, p.tfs, p.lens) AS u(cid, tf, len)
+                    WHERE u.cid NOT IN (SELECT cid FROM neg)
+                    GROUP BY u.cid){_TOP}"""
+
+
+def send_expand(conn: psycopg.Connection, schema: str, query: dict, feedback: list[Hit], n: int, *, terms_kept: int = 10,
+                weight: float = 0.5, k1: float = 1.2, b: float = 0.75) -> Callable[[], list[Hit]]:
+    """RM3 pseudo-relevance feedback: send the search for the top ``n`` of ``query`` (``send_query``'s
+    terms) expanded by the ``terms_kept`` terms most probable in the relevance model of the
+    ``feedback`` chunks (a first search's top), interpolated with weight ``weight`` (``_EXPAND``);
+    the function that reads its hits. One statement; every posting of the expanded query's terms
+    is read (no pruning), and negated terms exclude as in the first search."""
+    if n < 1 or not feedback:
+        return list
+    params = {"fb": [h.chunk_id for h in feedback], "fb_scores": [h.score for h in feedback], "m": int(terms_kept),
+              "lam": float(weight), "nq": len(query["terms"]), "terms": query["terms"], "plain": query["plain"],
+              "total": query["total"], "neg": query["neg"], "n": n, "k1": float(k1), "b": float(b), "avgdl": query["avgdl"]}
+    cursor = conn.execute(statement(schema, _EXPAND), params)
+    return lambda: as_hits(cursor.fetchall())
+
+
+def expanded_search(conn: psycopg.Connection, schema: str, query: str, n: int = 50, *, docs: int = 10, terms: int = 10,
+                    weight: float = 0.5, k1: float = 1.2, b: float = 0.75) -> list[Hit]:
+    """``bm25_search``, then RM3 feedback from its top ``docs`` chunks (``send_expand``); [] when the
+    first search finds nothing."""
+    hits, found = send_query(conn, schema, query, n, k1=k1, b=b)()
+    if found is None or not hits or docs < 1:
+        return hits
+    return send_expand(conn, schema, found, hits[:docs], n, terms_kept=terms, weight=weight, k1=k1, b=b)()

@@ -17,6 +17,7 @@ import numpy as np
 import psycopg
 from psycopg import pq
 
+from retrieval_assets import bm25
 from retrieval_assets.bm25 import as_hits, bm25_search, send_bm25
 from retrieval_assets.embed import Embedder
 from retrieval_assets.params import DEFAULT, EF_SEARCH_MAX, RetrievalParams, hnsw_ef_search, limit_query
@@ -193,6 +194,29 @@ def fuse(lists: Sequence[Sequence[Hit]], params: RetrievalParams = DEFAULT) -> l
     return convex(lists, params.fusion, params.weights)
 
 
+# the vector list searched again from the query vector moved toward the feedback chunks (Rocchio):
+# q + beta * mean(feedback vectors), as pgvector computes it (its cosine distance needs no normalising)
+# (``{source}``: the chunk table, searched through its graph, or the exact scan's narrow copy, ties by chunk_id)
+_VECTOR_FEEDBACK = """SELECT chunk_id, 1 - distance FROM (
+    SELECT chunk_id, embedding <=> (SELECT %(q)s::vector + avg(f.embedding) * %(beta)s::vector
+                                    FROM {source} f WHERE f.chunk_id = ANY(%(fb)s)) AS distance
+    FROM {source} ORDER BY distance{ties} LIMIT %(n)s) AS top"""
+
+
+def _send_vector_feedback(conn: psycopg.Connection, schema: str, vector: np.ndarray, feedback: list[str], beta: float, n: int,
+                          ef_search: int | None, exact: bool = False):
+    """Execute the Rocchio vector search's statements (inside ``_one_trip``); the cursor of its rows."""
+    if not exact:
+        conn.execute("SELECT set_config('hnsw.ef_search', %s, true)", (str(hnsw_ef_search(n, ef_search)),))
+        if n > EF_SEARCH_MAX:
+            conn.execute("SELECT set_config('hnsw.iterative_scan', 'strict_order', true)")
+            conn.execute("SELECT set_config('hnsw.max_scan_tuples', %s, true)", (str(max(20_000, 4 * n)),))
+    vector = np.asarray(vector, dtype=np.float32)
+    template = _VECTOR_FEEDBACK.replace("{source}", "{vectors}" if exact else "{chunks}").replace("{ties}", ", chunk_id" if exact else "")
+    return conn.execute(statement(schema, template),
+                        {"q": vector, "beta": np.full(vector.shape, beta, dtype=np.float32), "fb": feedback, "n": n})
+
+
 def first_stage(conn: psycopg.Connection, schema: str, vector: np.ndarray, query: str,
                 params: RetrievalParams = DEFAULT, *, exact: bool = False) -> tuple[list[Hit], list[Hit]]:
     """The vector and lexical top ``params.n`` of one query (``vector``: the query's embedding).
@@ -201,12 +225,34 @@ def first_stage(conn: psycopg.Connection, schema: str, vector: np.ndarray, query
     query and the lexical statement, which parses the query itself. ``ts_rank_cd`` needs no more;
     ``bm25``'s first statement reads the terms' statistics, and its postings take a second trip
     (or more, when max-score pruning widens its lead). Same lists as ``vector_search`` and
-    ``lexical_search`` called one after the other (``exact``: as ``vector_search``'s)."""
+    ``lexical_search`` called one after the other (``exact``: as ``vector_search``'s).
+
+    Pseudo-relevance feedback (``params.prf_docs``) costs one trip more, for both of its kinds: the
+    BM25 list searched again with RM3's expanded query (``bm25.send_expand``, fed back from its own
+    top ``prf_docs``), and the vector list searched again from the query vector moved toward the
+    mean vector of the first lists' fused top ``prf_docs`` (Rocchio, ``params.prf_beta``)."""
     send_lexical = _lexical(_SEND_LEXICAL, params.lexical)
+    expand = params.bm25_feedback and params.lexical == "bm25"
     with _one_trip(conn):
         cursor = _send_vector(conn, schema, vector, params.n, params.ef_search, exact)
-        read_lexical = send_lexical(conn, schema, query, params.n)
-    return as_hits(cursor.fetchall()) if cursor is not None else [], read_lexical()
+        read_lexical = bm25.send_query(conn, schema, query, params.n) if expand else send_lexical(conn, schema, query, params.n)
+    vector_hits = as_hits(cursor.fetchall()) if cursor is not None else []
+    lexical_hits, terms = read_lexical() if expand else (read_lexical(), None)
+    moved = params.vector_feedback and vector_hits
+    if not (moved or (terms is not None and lexical_hits)):
+        return vector_hits, lexical_hits
+    with _one_trip(conn):
+        if moved:
+            top = [r.chunk_id for r in fuse([vector_hits, lexical_hits], params)[: params.prf_docs]]
+            cursor = _send_vector_feedback(conn, schema, vector, top, params.prf_beta, params.n, params.ef_search, exact)
+        if terms is not None and lexical_hits:
+            read_expanded = bm25.send_expand(conn, schema, terms, lexical_hits[: params.prf_docs], params.n,
+                                             terms_kept=params.prf_terms, weight=params.prf_weight)
+    if moved:
+        vector_hits = as_hits(cursor.fetchall())
+    if terms is not None and lexical_hits:
+        lexical_hits = read_expanded()
+    return vector_hits, lexical_hits
 
 
 def search(conn: psycopg.Connection, schema: str, embedder: Embedder, query: str, params: RetrievalParams = DEFAULT, *,

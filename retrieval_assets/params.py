@@ -15,6 +15,8 @@ RERANK_IDF = ("pool", "corpus")  # where the BM25 reranker's document frequencie
 EF_SEARCH_MAX = 1000  # pgvector's upper bound for hnsw.ef_search
 MAX_QUERY_CHARS = 1000  # a query is cut to its first 1,000 characters ...
 MAX_QUERY_TERMS = 64  # ... and its first 64 whitespace-separated terms (the cut is logged)
+PRF_BETA_MAX = 10.0  # Rocchio's feedback weight on the query vector, at most
+PRF_TERMS_MAX = 100  # expansion terms of pseudo-relevance feedback: every posting of each is read
 
 
 @dataclass(frozen=True)
@@ -31,6 +33,11 @@ class RetrievalParams:
     mmr_lambda: float | None = 0.7  # MMR over the reranked pool; None: no MMR
     ef_search: int | None = None  # HNSW candidate list; None: n; clamped to 40..EF_SEARCH_MAX
     statement_timeout_ms: int = 10_000  # every search statement of pipeline.run; 0: no limit
+    # pseudo-relevance feedback (off by default: benchmarks/guards/quality.py measures it)
+    prf_docs: int = 0  # RM3 expansion of the BM25 list from its first search's top prf_docs chunks (<= n); 0: none
+    prf_terms: int = 10  # expansion terms kept from the feedback chunks' relevance model
+    prf_weight: float = 0.5  # the relevance model's share of the expanded query, in [0, 1] (0: the query alone)
+    prf_beta: float = 0.0  # Rocchio on the query vector: normalise(q + prf_beta * mean of the top prf_docs fused chunks' vectors); 0: none
 
     def __post_init__(self) -> None:
         for name in ("k", "n", "rrf_k"):
@@ -58,6 +65,19 @@ class RetrievalParams:
 
         if not isinstance(self.statement_timeout_ms, int) or isinstance(self.statement_timeout_ms, bool) or self.statement_timeout_ms < 0:
             raise ValueError(f"statement_timeout_ms must be a non-negative integer (0: no limit), got {self.statement_timeout_ms!r}")
+        if not _integer(self.prf_docs) or not 0 <= self.prf_docs <= self.n:
+            raise ValueError(f"prf_docs must be an integer within [0, n={self.n}] (0: no feedback), got {self.prf_docs!r}")
+        if not _integer(self.prf_terms) or not 1 <= self.prf_terms <= PRF_TERMS_MAX:
+            raise ValueError(f"prf_terms must be an integer within [1, {PRF_TERMS_MAX}], got {self.prf_terms!r}")
+        if not _unit(self.prf_weight):
+            raise ValueError(f"prf_weight must be a number within [0, 1] (0: the query's terms alone), got {self.prf_weight!r}")
+        if not isinstance(self.prf_beta, (int, float)) or isinstance(self.prf_beta, bool) or not 0 <= self.prf_beta <= PRF_BETA_MAX:
+            raise ValueError(f"prf_beta must be a number within [0, {PRF_BETA_MAX:g}] (0: no vector feedback), got {self.prf_beta!r}")
+        if self.prf_docs and self.prf_weight > 0 and self.lexical != "bm25":
+            raise ValueError(f"prf_docs expands the bm25 lexical list only (lexical must be bm25 with prf_docs > 0 and "
+                             f"prf_weight > 0), got lexical={self.lexical!r}")
+        if self.prf_beta and not self.prf_docs:
+            raise ValueError(f"prf_beta needs prf_docs > 0 (the fused chunks fed back), got prf_beta={self.prf_beta!r} prf_docs=0")
 
     def describe(self) -> str:
         """The pipeline in one line: lexical list, fusion and weights, rerank, MMR."""
@@ -68,7 +88,21 @@ class RetrievalParams:
             parts.append(f"BM25 rerank ({self.rerank_idf} idf){blend}")
         if self.rerank and self.mmr_lambda is not None:
             parts.append(f"MMR {self.mmr_lambda:g}")
+        if self.bm25_feedback:
+            parts.append(f"RM3 feedback on the lexical list ({self.prf_docs} chunks, {self.prf_terms} terms, weight {self.prf_weight:g})")
+        if self.vector_feedback:
+            parts.append(f"Rocchio feedback on the query vector ({self.prf_docs} fused chunks, beta {self.prf_beta:g})")
         return " + ".join(parts)
+
+    @property
+    def bm25_feedback(self) -> bool:
+        """Whether the BM25 list is expanded by pseudo-relevance feedback (RM3)."""
+        return self.prf_docs > 0 and self.prf_weight > 0
+
+    @property
+    def vector_feedback(self) -> bool:
+        """Whether the vector list is searched again with a Rocchio-moved query vector."""
+        return self.prf_docs > 0 and self.prf_beta > 0
 
     def with_(self, **changes) -> RetrievalParams:
         """A copy with ``changes`` applied (and validated)."""
@@ -76,6 +110,10 @@ class RetrievalParams:
         if unknown:
             raise ValueError(f"unknown retrieval parameter(s): {', '.join(sorted(unknown))}")
         return replace(self, **changes)
+
+
+def _integer(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def _unit(value) -> bool:

@@ -1,7 +1,8 @@
 """The retrieval pipeline: one query through both first-stage lists, fusion, rerank and MMR.
 
 Contract: ``run(conn, retriever, query, params)`` embeds the query once, searches the
-retriever's schema for the vector and lexical top ``params.n``, fuses them (``hybrid.fuse``),
+retriever's schema for the vector and lexical top ``params.n`` (with pseudo-relevance feedback
+when ``params.prf_docs`` asks for it: one round trip more, ``hybrid.first_stage``), fuses them (``hybrid.fuse``),
 reranks the whole fused pool with the retriever's reranker (when ``params.rerank`` and it has
 one; blended with the fused score by ``params.rerank_weight``), applies MMR (when
 ``params.mmr_lambda`` is set) and returns a ``Trace`` of every list, best first, with
@@ -166,8 +167,8 @@ def run(conn: psycopg.Connection, retriever: Retriever, query: str, params: Retr
         first_stage: Trace | None = None, rows: dict[str, tuple[Chunk, np.ndarray]] | None = None) -> Trace:
     """The pipeline for one query, every intermediate list kept (``Trace.final``: the answer, top ``params.k``).
 
-    ``first_stage``: an earlier trace of the same query, ``n``, ``lexical`` and ``ef_search``
-    whose first-stage lists and query vector are reused (what-if experiments on the fusion
+    ``first_stage``: an earlier trace of the same query, ``n``, ``lexical``, ``ef_search`` and
+    pseudo-relevance feedback (``prf_*``; with ``prf_beta``, the fusion too) whose first-stage lists and query vector are reused (what-if experiments on the fusion
     weights or the second stage). ``rows``: a caller's cache of ``fetch`` results (read and
     filled), so that repeated runs over the same pool fetch each chunk once.
     """

@@ -9,12 +9,16 @@ Settings: Cranfield as distributed (title + abstract as the file has them; 225 q
 folds) and the fixture's golden set (48 queries, 4 folds), each with every embedder. The
 candidates (``STAGES``): first stage = lexical list x fusion (RRF, min-max, z-score) x vector
 weight 0..1; then the rerank stage (BM25 with the pool's or the corpus's idf, blended with the
-fused score, weight 0.1..1); then MMR (lambda 0.5, 0.7, 0.9). ``crossval.choose`` keeps a later stage only when it
+fused score, weight 0.1..1); then MMR (lambda 0.5, 0.7, 0.9). Before the rerank stage, two
+pseudo-relevance feedback stages: RM3 expansion of the BM25 list (``PRF_DOCS`` x ``PRF_TERMS`` x
+``PRF_WEIGHTS``, the vector weight refitted within 0.1 of the first stage's) and Rocchio on the
+query vector (``PRF_BETAS``). ``crossval.choose`` keeps a later stage only when it
 raises the training nDCG@10 on every dataset. Reported: held-out nDCG@10 (mean over the
 folds' held-out queries, 95% bootstrap interval), for (a) the rule fitted per setting and
 (b) the rule fitted jointly on both datasets (the default: trained on the other folds of the
 held-out dataset plus all of the other dataset), the bm25s peer computed in the same run, and
-the unfitted seed pipeline. The joint rule on all queries gives the default pipeline, printed
+the unfitted seed pipeline; the default rule without the feedback stages is reported beside it
+(same run, same folds: what the feedback stages change). The joint rule on all queries gives the default pipeline, printed
 at the end (``params.DEFAULT`` holds what this printed; the README says when).
 Writes benchmarks/results/quality.md (``--out``).
 """
@@ -46,6 +50,34 @@ def first_stages(_current: crossval.Config) -> list[crossval.Config]:
             for lex in LEXICAL for f in FUSION for a in ALPHAS]
 
 
+PRF_DOCS = (5, 10, 20)  # feedback chunks (Cranfield: a document is one chunk or a few)
+PRF_TERMS = (10, 20, 40)
+PRF_WEIGHTS = (0.3, 0.5, 0.7)
+PRF_BETAS = (0.25, 0.5, 1.0)
+
+
+def near(alpha: float) -> list[tuple[float, float]]:
+    """Fusion weights within 0.1 of vector weight ``alpha``."""
+    return [(a, round(1 - a, 1)) for a in sorted({round(alpha + d, 1) for d in (-0.1, 0.0, 0.1)}) if 0 <= a <= 1]
+
+
+def rm3_stage(current: crossval.Config) -> list[crossval.Config]:
+    v = dict(current)
+    if v.get("lexical") != "bm25":
+        return []
+    return [crossval.config(prf_docs=d, prf_terms=t, prf_weight=w, weights=ws)
+            for d in PRF_DOCS for t in PRF_TERMS for w in PRF_WEIGHTS for ws in near(v["weights"][0])]
+
+
+def rocchio_stage(current: crossval.Config) -> list[crossval.Config]:
+    v = dict(current)
+    if v["weights"][0] == 0:
+        return []
+    docs = [v["prf_docs"]] if v.get("prf_docs") else PRF_DOCS
+    off = {} if v.get("prf_docs") else {"prf_weight": 0.0}  # Rocchio alone: the BM25 list as it was
+    return [crossval.config(prf_docs=d, prf_beta=beta, **off) for d in docs for beta in PRF_BETAS]
+
+
 def rerank_stage(_current: crossval.Config) -> list[crossval.Config]:
     return [crossval.config(rerank=True, rerank_weight=w, rerank_idf=idf) for idf in RERANK_IDF for w in ALPHAS[1:]]
 
@@ -55,7 +87,8 @@ def mmr_stage(current: crossval.Config) -> list[crossval.Config]:
     return [crossval.config(mmr_lambda=lam, **off) for lam in (0.5, 0.7, 0.9)]
 
 
-STAGES = (first_stages, rerank_stage, mmr_stage)
+STAGES = (first_stages, rm3_stage, rocchio_stage, rerank_stage, mmr_stage)
+NO_FEEDBACK = (first_stages, rerank_stage, mmr_stage)  # the rule before the feedback stages
 SEED_CONFIG = crossval.config(**{f: getattr(SEED, f) for f in ("lexical", "fusion", "weights", "rerank", "rerank_weight",
                                                                 "rerank_idf", "mmr_lambda")})
 
@@ -75,7 +108,11 @@ class Scorer:
 
     def ranked(self, cfg: crossval.Config, i: int) -> list[str]:
         params = self.base.with_(**dict(cfg))
-        key = (i, params.lexical)
+        key = (i, params.lexical)  # the first-stage lists depend on these (and on feedback's settings)
+        if params.bm25_feedback:
+            key += (params.prf_docs, params.prf_terms, params.prf_weight)
+        if params.vector_feedback:  # fed back from the fused top
+            key += ("rocchio", params.prf_docs, params.prf_beta, params.fusion, params.weights, params.rrf_k)
         trace = pipeline.run(self.conn, self.retrievers[params.rerank_idf], self.queries[i], params,
                              first_stage=self.traces.get(key), rows=self.rows)
         self.traces.setdefault(key, trace)
@@ -94,6 +131,10 @@ def describe(cfg: crossval.Config) -> str:
     parts = [f"{v['lexical']} {v['fusion']} w_vec={v['weights'][0]:g}"]
     if v.get("rerank") and v.get("rerank_weight", 1.0) > 0:
         parts.append(f"rerank({v.get('rerank_idf', 'pool')} idf) w={v['rerank_weight']:g}")
+    if v.get("prf_docs") and v.get("prf_weight", 0.5) > 0:
+        parts.append(f"RM3({v['prf_docs']} docs, {v.get('prf_terms', 10)} terms, w={v.get('prf_weight', 0.5):g})")
+    if v.get("prf_docs") and v.get("prf_beta"):
+        parts.append(f"Rocchio({v['prf_docs']} docs, beta={v['prf_beta']:g})")
     if v.get("mmr_lambda") is not None:
         parts.append(f"MMR {v['mmr_lambda']:g}")
     return " + ".join(parts)
@@ -143,20 +184,26 @@ def main(argv: list[str] | None = None) -> int:
                  "golden": crossval.folds(sizes["golden"], args.golden_folds)}
 
     lines = []
-    rows = []
+    rows = []  # (setting, label, held-out scores)
     for s in settings:
-        t = time.perf_counter()
-        own = crossval.cross_validate([s], STAGES, fold_sets, sizes)[s.embedder]
-        log(f"{s.dataset}/{s.embedder}: per-setting CV {own.mean:.3f} in {time.perf_counter() - t:.0f} s")
-        rows.append((s, "fitted on this setting", own))
-    joint = {}
+        for label, stages in (("fitted on this setting", STAGES), ("fitted on this setting, no feedback stages", NO_FEEDBACK)):
+            t = time.perf_counter()
+            own = crossval.cross_validate([s], stages, fold_sets, sizes)[s.embedder]
+            log(f"{s.dataset}/{s.embedder}: {label}: CV {own.mean:.3f} in {time.perf_counter() - t:.0f} s")
+            rows.append((s, label, own))
+    joint, before = {}, {}
     for dataset in ("cranfield", "golden"):
         t = time.perf_counter()
         joint.update({(dataset, e): h for e, h in crossval.cross_validate(settings, STAGES, fold_sets, sizes, held_out=dataset).items()})
+        before.update({(dataset, e): h for e, h in crossval.cross_validate(settings, NO_FEEDBACK, fold_sets, sizes, held_out=dataset).items()})
         log(f"joint CV held out {dataset} in {time.perf_counter() - t:.0f} s")
+    for s in settings:
+        rows.append((s, "default rule, no feedback stages", before[s.dataset, s.embedder]))
+        rows.append((s, "default rule (fitted on both datasets)", joint[s.dataset, s.embedder]))
     everything = {d: np.arange(n) for d, n in sizes.items()}
     default = crossval.choose(settings, STAGES, everything)
-    log(f"default (joint rule on all queries): {describe(default)}")
+    default_before = crossval.choose(settings, NO_FEEDBACK, everything)
+    log(f"default (joint rule on all queries): {describe(default)}; without the feedback stages: {describe(default_before)}")
 
     header = "| dataset | embedder | pipeline | nDCG@10 held out [95% CI] | / peer | fold choices |"
     lines += [header, "|---|---|---|---:|---:|---|"]
@@ -169,21 +216,34 @@ def main(argv: list[str] | None = None) -> int:
         lo, hi = crossval.bootstrap_interval(seed)
         ratio = lambda v: f"{v.mean() / peer_ndcg.mean():.2f}" if s.dataset == "cranfield" else ""  # noqa: E731
         lines.append(f"| {s.dataset} | {s.embedder} | seed (no fitting): {describe(SEED_CONFIG)} | {seed.mean():.3f} [{lo:.3f}, {hi:.3f}] | {ratio(seed)} | |")
-        for held in [h for (t, label, h) in rows if t is s] + [joint[s.dataset, s.embedder]]:
-            label = "fitted on this setting" if held is not joint[s.dataset, s.embedder] else "default rule (fitted on both datasets)"
+        for label, held in [(label, h) for (t, label, h) in rows if t is s]:
             lo, hi = held.interval
             picks = "; ".join(sorted({describe(p) for p in held.picks}))
             lines.append(f"| {s.dataset} | {s.embedder} | {label} | {held.mean:.3f} [{lo:.3f}, {hi:.3f}] | {ratio(held.scores)} | {picks} |")
         fixed = s.score(default)
         summary.append(f"- {s.dataset}/{s.embedder}: the default on all queries {fixed.mean():.3f} (in-sample, for reference only)")
-    cran = [(e, joint["cranfield", e]) for e in args.embedders]
+
+    def paired(a: np.ndarray, b: np.ndarray) -> tuple:
+        ids = list(range(len(a)))
+        return paired_difference(
+            benchmark_eval.RankerScores("a", len(a), 0, 0, 0, 0, per_query={q: (v, 0, 0) for q, v in zip(ids, a)}),
+            benchmark_eval.RankerScores("b", len(b), 0, 0, 0, 0, per_query={q: (v, 0, 0) for q, v in zip(ids, b)}))
+
     notes = []
-    for e, held in cran:
-        diff, lo, hi, wins, losses = paired_difference(
-            benchmark_eval.RankerScores("ours", len(qids), 0, 0, 0, 0, per_query={q: (v, 0, 0) for q, v in zip(qids, held.scores)}),
-            benchmark_eval.RankerScores("peer", len(qids), 0, 0, 0, 0, per_query={q: (v, 0, 0) for q, v in zip(qids, peer_ndcg)}))
+    for e in args.embedders:
+        held = joint["cranfield", e]
+        diff, lo, hi, wins, losses = paired(held.scores, peer_ndcg)
         notes.append(f"- cranfield/{e}, default rule held out: {held.mean:.3f} = {held.mean / peer_ndcg.mean():.2f}x the peer's "
                      f"{peer_ndcg.mean():.3f}; paired difference {diff:+.3f} [{lo:+.3f}, {hi:+.3f}], better on {wins} queries, worse on {losses}")
+    for s in settings:
+        for label, fitted in (("default rule", (joint, before)),
+                              ("fitted on this setting", ({(s.dataset, s.embedder): h for t, lab, h in rows if t is s and lab == "fitted on this setting"},
+                                                          {(s.dataset, s.embedder): h for t, lab, h in rows
+                                                           if t is s and lab == "fitted on this setting, no feedback stages"}))):
+            after_h, before_h = fitted[0][s.dataset, s.embedder], fitted[1][s.dataset, s.embedder]
+            diff, lo, hi, wins, losses = paired(after_h.scores, before_h.scores)
+            notes.append(f"- {s.dataset}/{s.embedder}, {label} with the feedback stages against without: {after_h.mean:.3f} vs "
+                         f"{before_h.mean:.3f}, paired difference {diff:+.3f} [{lo:+.3f}, {hi:+.3f}], better on {wins} queries, worse on {losses}")
     for e in args.embedders:
         rec = scorers["cranfield", e].recall(default, 100)
         notes.append(f"- cranfield/{e}: recall@100 of the default pipeline {rec.mean():.3f} against the peer's {peer_recall.mean():.3f}")
@@ -203,7 +263,8 @@ def main(argv: list[str] | None = None) -> int:
         "",
         *notes,
         "",
-        f"Default pipeline (the joint rule on every query of both datasets): **{describe(default)}**.",
+        f"Default pipeline (the joint rule on every query of both datasets): **{describe(default)}** "
+        f"(without the feedback stages: {describe(default_before)}).",
         *summary,
         "",
     ])
