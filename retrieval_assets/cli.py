@@ -81,6 +81,11 @@ def _parser() -> argparse.ArgumentParser:
         p.add_argument("--mmr-lambda", type=float, default=None, help="MMR trade-off in [0, 1]")
         p.add_argument("--no-mmr", action="store_true", help="no MMR")
         p.add_argument("--corpus-idf", action="store_true", help="BM25 rerank with corpus-level idf instead of the pool's")
+        p.add_argument("--prf-docs", type=int, default=None,
+                       help="pseudo-relevance feedback from the first search's top chunks (0: none; needs --lexical bm25 for RM3)")
+        p.add_argument("--prf-terms", type=int, default=None, help="RM3 expansion terms kept")
+        p.add_argument("--prf-weight", type=float, default=None, help="RM3's share of the expanded query in [0, 1]")
+        p.add_argument("--prf-beta", type=float, default=None, help="Rocchio weight of the feedback chunks' mean vector (0: none)")
         if name == "evaluate":
             p.add_argument("--failures", action="store_true", help="print query_id, kind, best_rank of every miss instead")
             p.add_argument("--json", metavar="PATH", help="also write the numbers as JSON ('-' for stdout)")
@@ -100,7 +105,9 @@ def _params(args) -> RetrievalParams:
     if args.vector_weight is not None:
         changes["weights"] = (args.vector_weight, round(1 - args.vector_weight, 12))
     changes.update({name: value for name, value in (("lexical", args.lexical), ("fusion", args.fusion),
-                                                     ("rerank_weight", args.rerank_weight), ("mmr_lambda", args.mmr_lambda))
+                                                     ("rerank_weight", args.rerank_weight), ("mmr_lambda", args.mmr_lambda),
+                                                     ("prf_docs", args.prf_docs), ("prf_terms", args.prf_terms),
+                                                     ("prf_weight", args.prf_weight), ("prf_beta", args.prf_beta))
                     if value is not None})
     if args.no_mmr:
         changes["mmr_lambda"] = None

@@ -172,6 +172,12 @@ def test_cli_report_failures_and_json(pg_dsn, tmp_path, capsys, default_evaluati
     data = json.loads(printed[printed.index("\n{") + 1:])
     assert data["params"]["lexical"] == "bm25" and data["params"]["mmr_lambda"] == 0.5
     assert "bm25 list" in printed and "MMR 0.5" in printed
+    # pseudo-relevance feedback reaches it too
+    assert cli.main(args + ["--prf-docs", "5", "--prf-terms", "8", "--prf-weight", "0.3", "--prf-beta", "0.5", "--json", "-"]) == 0
+    printed = capsys.readouterr().out
+    data = json.loads(printed[printed.index("\n{") + 1:])
+    assert (data["params"]["prf_docs"], data["params"]["prf_terms"], data["params"]["prf_weight"], data["params"]["prf_beta"]) == (5, 8, 0.3, 0.5)
+    assert "RM3 feedback on the lexical list (5 chunks, 8 terms, weight 0.3)" in printed and "Rocchio" in printed
 
 
 @pytest.mark.parametrize(
@@ -187,6 +193,10 @@ def test_cli_report_failures_and_json(pg_dsn, tmp_path, capsys, default_evaluati
         (["--vector-weight", "1.5"], "weights must be two numbers within [0, 1]"),
         (["--rerank-weight", "-1"], "rerank_weight must be a number within [0, 1]"),
         (["--fusion", "max"], "invalid choice"),
+        (["--prf-weight", "1.5", "--prf-docs", "5"], "prf_weight must be a number within [0, 1]"),
+        (["--prf-docs", "80"], "prf_docs must be an integer within [0, n=50]"),
+        (["--pipeline", "seed", "--prf-docs", "5"], "prf_docs expands the bm25 lexical list only"),
+        (["--prf-beta", "0.5"], "prf_beta needs prf_docs > 0"),
     ],
 )
 def test_cli_bad_arguments_exit_2_with_one_line(args, message, capsys, pg_dsn, cli_schemas):

@@ -25,6 +25,10 @@ class EvalConfig(dg.Config):
     lexical_weight: float = DEFAULT.weights[1]  # fusion weight of the lexical list, within [0, 1]
     rerank_weight: float = DEFAULT.rerank_weight  # the reranker's share of the rerank score, within [0, 1]
     mmr_lambda: float | None = DEFAULT.mmr_lambda  # None: no MMR
+    prf_docs: int = DEFAULT.prf_docs  # pseudo-relevance feedback from the first search's top chunks; 0: none
+    prf_terms: int = DEFAULT.prf_terms  # RM3 expansion terms kept
+    prf_weight: float = DEFAULT.prf_weight  # RM3's share of the expanded query, within [0, 1]
+    prf_beta: float = DEFAULT.prf_beta  # Rocchio weight of the feedback chunks' mean vector; 0: none
     compare: list[str] = ["seed"]  # named pipelines (params.PIPELINES) also evaluated and recorded as <name>:<stage>
     max_drop: float = 0.02  # no_regression fails when mean nDCG@k drops more than this and the 95% interval excludes 0
     min_recall: float | None = None  # None: the partition's measured floor (fixture corpus only)
@@ -127,7 +131,9 @@ def eval_run(context: dg.AssetExecutionContext, config: EvalConfig, postgres: Po
         return
     try:
         variants = {"default": DEFAULT.with_(k=config.k, n=config.n, fusion=config.fusion, rerank_weight=config.rerank_weight,
-                                             mmr_lambda=config.mmr_lambda, weights=(config.vector_weight, config.lexical_weight))}
+                                             mmr_lambda=config.mmr_lambda, weights=(config.vector_weight, config.lexical_weight),
+                                             prf_docs=config.prf_docs, prf_terms=config.prf_terms, prf_weight=config.prf_weight,
+                                             prf_beta=config.prf_beta)}
         variants.update({name: params.named(name).with_(k=config.k, n=config.n) for name in config.compare if name != "default"})
     except ValueError as exc:
         raise dg.Failure(description=f"eval_run config: {exc}") from None
