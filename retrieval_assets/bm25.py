@@ -228,7 +228,7 @@ def drop_terms(conn: psycopg.Connection, schema: str, chunk_ids: list[str]) -> N
 _TERM_SCORE = "q.idf * u.tf / (u.tf + %(k1)s * (1 - %(b)s + %(b)s * u.len / %(avgdl)s))"
 _QUERY_TERMS = "q AS (SELECT * FROM unnest(%(terms)s::text[], %(idfs)s::float8[]) AS q(term, idf))"
 # the chunks a negated term excludes (through the GIN index; none, unread, when nothing is negated)
-_NEGATED = """neg AS MATERIALIZED (SELECT cl.cid FROM {chunks} c JOIN {chunk_lengths} cl USING (chunk_id)
+_NEGATED = """neg AS MATERIALIZED (SELECT cl.cid FROM {fulltext} c JOIN {chunk_lengths} cl USING (chunk_id)
                   WHERE %(neg)s::tsquery IS NOT NULL AND c.tsv @@ %(neg)s::tsquery)"""
 # the top n of ``scored`` (cid, score) with every chunk tied at the n-th score, then named and
 # cut at n with ties broken by chunk_id (chunk numbers follow insertion, not ids)

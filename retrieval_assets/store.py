@@ -114,7 +114,13 @@ def create(conn: psycopg.Connection, schema: str, dims: int) -> None:
             conn.execute(statement(schema, _HNSW))
         elif not has_exact_copy(conn, schema):  # chosen before the narrow copy existed
             exact_copy(conn, schema)
-        conn.execute(statement(schema, "CREATE INDEX IF NOT EXISTS chunks_tsv_gin ON {chunks} USING gin (tsv)"))
+        fulltext = not _exists(conn, schema, "fulltext")
+        conn.execute(statement(schema, "CREATE TABLE IF NOT EXISTS {fulltext} (chunk_id text PRIMARY KEY, tsv tsvector NOT NULL)"))
+        _mirror(conn, schema, "fulltext", "tsv")
+        if fulltext:  # new, or a table from before the copy: its GIN moves there
+            conn.execute(statement(schema, "INSERT INTO {fulltext} SELECT chunk_id, tsv FROM {chunks} WHERE tsv IS NOT NULL"))
+            conn.execute(sql.SQL("DROP INDEX IF EXISTS {}").format(sql.Identifier(schema, "chunks_tsv_gin")))
+        conn.execute(statement(schema, "CREATE INDEX IF NOT EXISTS fulltext_tsv_gin ON {fulltext} USING gin (tsv)"))
         conn.execute(statement(schema, "CREATE INDEX IF NOT EXISTS chunks_doc_id ON {chunks} (doc_id)"))
         conn.execute(statement(schema, "CREATE TABLE IF NOT EXISTS {synced} (one bool PRIMARY KEY DEFAULT true CHECK (one), fingerprint text NOT NULL)"))
         clear = sql.Identifier(schema, "synced_clear")
@@ -274,8 +280,8 @@ def _bulk(conn: psycopg.Connection, schema: str, chunks: Sequence[Chunk], embedd
     start = time.perf_counter()
     defs = conn.execute(
         """SELECT indexname, indexdef FROM pg_indexes
-           WHERE schemaname = %s AND tablename = 'chunks' AND indexname = ANY(%s) ORDER BY indexname""",
-        (schema, ["chunks_embedding_hnsw", "chunks_tsv_gin"]),
+           WHERE schemaname = %s AND tablename IN ('chunks', 'fulltext') AND indexname = ANY(%s) ORDER BY indexname""",
+        (schema, ["chunks_embedding_hnsw", "fulltext_tsv_gin"]),
     ).fetchall()
     for name, _ in defs:
         conn.execute(sql.SQL("DROP INDEX {}").format(sql.Identifier(schema, name)))
@@ -499,19 +505,39 @@ def choose_vector_index(conn: psycopg.Connection, schema: str, embedder: Embedde
                                              f"{measured}: below {target} throughout, HNSW dropped; vector search scans the table exactly"), phases)
 
 
-# The narrow copy an exact scan reads: (chunk_id, embedding) inline, about 1.2 kB a row for 256
-# dimensions, instead of the chunk row with its text and tsvector (100k hash chunks: vector search
-# p50 44 ms against 111 ms, benchmarks/results/scale.md). Statement triggers on chunks keep it equal.
-_MIRROR = {
-    "insert": ("NEW", """INSERT INTO {vectors} (chunk_id, embedding)
-                         SELECT chunk_id, embedding FROM changed WHERE embedding IS NOT NULL
-                         ON CONFLICT (chunk_id) DO UPDATE SET embedding = EXCLUDED.embedding;"""),
-    "update": ("NEW", """INSERT INTO {vectors} (chunk_id, embedding)
-                         SELECT chunk_id, embedding FROM changed WHERE embedding IS NOT NULL
-                         ON CONFLICT (chunk_id) DO UPDATE SET embedding = EXCLUDED.embedding;
-                         DELETE FROM {vectors} v USING changed c WHERE v.chunk_id = c.chunk_id AND c.embedding IS NULL;"""),
-    "delete": ("OLD", "DELETE FROM {vectors} v USING changed c WHERE v.chunk_id = c.chunk_id;"),
+# The narrow copies that searches scan instead of the chunk rows with their text, tsvector and
+# vector: ``vectors`` (chunk_id, embedding) while the exact scan is the table's choice (100k hash
+# chunks: vector search p50 44 ms against 111 ms, benchmarks/results/scale.md), and ``fulltext``
+# (chunk_id, tsv) always, which the ts_rank_cd list and negated terms read through its GIN index.
+# Statement triggers on chunks keep each equal to it.
+_MIRROR_BODY = {
+    "insert": ("NEW", """INSERT INTO {copy} (chunk_id, {column})
+                         SELECT chunk_id, {column} FROM changed WHERE {column} IS NOT NULL
+                         ON CONFLICT (chunk_id) DO UPDATE SET {column} = EXCLUDED.{column};"""),
+    "update": ("NEW", """INSERT INTO {copy} (chunk_id, {column})
+                         SELECT chunk_id, {column} FROM changed WHERE {column} IS NOT NULL
+                         ON CONFLICT (chunk_id) DO UPDATE SET {column} = EXCLUDED.{column};
+                         DELETE FROM {copy} v USING changed c WHERE v.chunk_id = c.chunk_id AND c.{column} IS NULL;"""),
+    "delete": ("OLD", "DELETE FROM {copy} v USING changed c WHERE v.chunk_id = c.chunk_id;"),
 }
+
+
+def _mirror(conn: psycopg.Connection, schema: str, copy: str, column: str) -> None:
+    """Statement triggers on ``chunks`` (``<copy>_insert``, ``_update``, ``_delete``) that keep ``copy``'s
+    (chunk_id, ``column``) rows equal to the chunks' non-NULL ones."""
+    names = {"copy": sql.Identifier(schema, copy), "column": sql.Identifier(column)}
+    for op, (rows, body) in _MIRROR_BODY.items():
+        fn = sql.Identifier(schema, f"{copy}_{op}")
+        conn.execute(statement(schema, "CREATE OR REPLACE FUNCTION {fn}() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "
+                               + body + " RETURN NULL; END $$", fn=fn, **names))
+        conn.execute(statement(schema, """CREATE OR REPLACE TRIGGER {name} AFTER {op} ON {chunks}
+                                          REFERENCING {rows} TABLE AS changed FOR EACH STATEMENT EXECUTE FUNCTION {fn}()""",
+                               name=sql.Identifier(f"{copy}_{op}"), op=sql.SQL(op.upper()), rows=sql.SQL(rows), fn=fn))
+
+
+def _unmirror(conn: psycopg.Connection, schema: str, copy: str) -> None:
+    for op in _MIRROR_BODY:
+        conn.execute(statement(schema, "DROP TRIGGER IF EXISTS {name} ON {chunks}", name=sql.Identifier(f"{copy}_{op}")))
 
 
 def exact_copy(conn: psycopg.Connection, schema: str) -> None:
@@ -523,27 +549,24 @@ def exact_copy(conn: psycopg.Connection, schema: str) -> None:
     conn.execute(statement(schema, "ALTER TABLE {vectors} ALTER COLUMN embedding SET STORAGE PLAIN"))
     conn.execute(statement(schema, "TRUNCATE {vectors}"))
     conn.execute(statement(schema, "INSERT INTO {vectors} SELECT chunk_id, embedding FROM {chunks} WHERE embedding IS NOT NULL"))
-    for op, (rows, body) in _MIRROR.items():
-        fn = sql.Identifier(schema, f"vectors_{op}")
-        conn.execute(statement(schema, "CREATE OR REPLACE FUNCTION {fn}() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "
-                               + body + " RETURN NULL; END $$", fn=fn))
-        conn.execute(statement(schema, """CREATE OR REPLACE TRIGGER {name} AFTER {op} ON {chunks}
-                                          REFERENCING {rows} TABLE AS changed FOR EACH STATEMENT EXECUTE FUNCTION {fn}()""",
-                               name=sql.Identifier(f"vectors_{op}"), op=sql.SQL(op.upper()), rows=sql.SQL(rows), fn=fn))
+    _mirror(conn, schema, "vectors", "embedding")
     conn.execute(statement(schema, "ANALYZE {vectors}"))
 
 
 def drop_exact_copy(conn: psycopg.Connection, schema: str) -> None:
     """Remove ``vectors`` and its triggers (a table searched through its graph, or about to be bulk loaded)."""
     if has_exact_copy(conn, schema):
-        for op in _MIRROR:
-            conn.execute(statement(schema, "DROP TRIGGER IF EXISTS {name} ON {chunks}", name=sql.Identifier(f"vectors_{op}")))
+        _unmirror(conn, schema, "vectors")
         conn.execute(statement(schema, "DROP TABLE {vectors}"))
 
 
 def has_exact_copy(conn: psycopg.Connection, schema: str) -> bool:
     """True when ``schema`` holds the exact scan's ``vectors`` table."""
-    return conn.execute("SELECT to_regclass(%s) IS NOT NULL", (sql.Identifier(schema, "vectors").as_string(conn),)).fetchone()[0]
+    return _exists(conn, schema, "vectors")
+
+
+def _exists(conn: psycopg.Connection, schema: str, table: str) -> bool:
+    return conn.execute("SELECT to_regclass(%s) IS NOT NULL", (sql.Identifier(schema, table).as_string(conn),)).fetchone()[0]
 
 
 def _has_graph(conn: psycopg.Connection, schema: str) -> bool:

@@ -165,7 +165,7 @@ def test_duplicate_chunk_ids_with_different_content_are_rejected(table, schema):
 
 def indexdefs(conn, schema):
     return sorted(r[0] for r in conn.execute(
-        "SELECT indexdef FROM pg_indexes WHERE schemaname = %s AND tablename = 'chunks'", (schema,)))
+        "SELECT indexdef FROM pg_indexes WHERE schemaname = %s AND tablename IN ('chunks', 'fulltext')", (schema,)))
 
 
 def test_bulk_load_into_an_empty_table_equals_the_row_by_row_sync(table, schema, corpus_documents, monkeypatch):
@@ -499,3 +499,38 @@ def test_a_sync_of_what_the_table_already_holds_reads_and_writes_nothing(table, 
     assert len(staged) == 2 and store.sync(table, schema, chunks, HashEmbedder(256)).unchanged == 40 and len(staged) == 2
     with pytest.raises(ValueError, match="dimensions"):
         store.sync(table, schema, chunks, HashEmbedder(dims=64))  # another embedder is refused before the shortcut
+
+
+def fulltext_rows(conn, schema):
+    return conn.execute(statement(schema, "SELECT chunk_id, tsv::text FROM {fulltext} ORDER BY chunk_id")).fetchall()
+
+
+def chunk_tsvs(conn, schema):
+    return conn.execute(statement(schema, "SELECT chunk_id, tsv::text FROM {chunks} ORDER BY chunk_id")).fetchall()
+
+
+def test_the_fulltext_copy_follows_every_write_and_an_old_schema_gets_it(table, schema, monkeypatch):
+    """``fulltext`` (chunk_id, tsv) equals the chunks' through sync, edits, deletes, upserts and the bulk
+    load; a schema from before it (GIN on chunks.tsv) gets it filled and the GIN moved on create."""
+    chunks = make_chunks("t", [f"rotate key {i} for topic{i % 9}" for i in range(60)])
+    store.sync(table, schema, chunks, HashEmbedder())
+    assert len(fulltext_rows(table, schema)) == 60 and fulltext_rows(table, schema) == chunk_tsvs(table, schema)
+    edited = [*chunks[:40], Chunk(chunks[40].chunk_id, "t", "T > S", 0, 9, "a wholly new sentence"), *chunks[41:50]]
+    store.sync(table, schema, edited, HashEmbedder(), allow_shrink=True)
+    store.upsert(table, schema, make_chunks("u", ["one more upserted"]), HashEmbedder())
+    assert len(fulltext_rows(table, schema)) == 51 and fulltext_rows(table, schema) == chunk_tsvs(table, schema)
+    assert [h.chunk_id for h in hybrid.text_search(table, schema, "wholly sentence")] == [chunks[40].chunk_id]
+
+    monkeypatch.setattr(store, "BULK_MIN", 1)
+    store.sync(table, schema, [], HashEmbedder(), allow_shrink=True)
+    store.sync(table, schema, chunks, HashEmbedder(), recall_target=None)  # the bulk load: GIN dropped and rebuilt
+    assert fulltext_rows(table, schema) == chunk_tsvs(table, schema)
+    assert any("fulltext_tsv_gin" in d for d in indexdefs(table, schema))
+
+    with table.transaction():  # as a schema made before the copy existed
+        store._unmirror(table, schema, "fulltext")
+        table.execute(statement(schema, "DROP TABLE {fulltext}"))
+        table.execute(statement(schema, "CREATE INDEX chunks_tsv_gin ON {chunks} USING gin (tsv)"))
+    store.create(table, schema, 256)
+    assert fulltext_rows(table, schema) == chunk_tsvs(table, schema)
+    assert not any("chunks_tsv_gin" in d for d in indexdefs(table, schema)) and any("fulltext_tsv_gin" in d for d in indexdefs(table, schema))
