@@ -138,7 +138,7 @@ def test_rm3_weight_zero_is_the_first_search(indexed, schema, golden):
         assert [h.score for h in got] == pytest.approx([h.score for h in plain], abs=1e-9)
 
 
-def test_rm3_on_a_tiny_corpus_brings_in_the_co_occurring_term(scratch):
+def test_rm3_on_a_tiny_corpus_brings_in_the_co_occurring_term(scratch):  # noqa: F811 (the fixture)
     """'apple' is written beside 'orchard' in every chunk about apples: the expanded query finds
     the chunk about orchards that never says apple, which the first search cannot see."""
     conn, schema = scratch
