@@ -85,7 +85,7 @@ def evaluate_pipelines(conn: psycopg.Connection, retriever: pipeline.Retriever, 
     tick = Progress(progress, len(golden), f"evaluated queries ({params.lexical} list)")
     for done, q in enumerate(golden, 1):
         start = time.perf_counter()
-        key = (q.query, params.n, params.lexical, params.ef_search)
+        key = pipeline.first_stage_key(q.query, params)
         cached = first_stage_cache.get(key) if first_stage_cache is not None else None
         t = pipeline.run(conn, retriever, q.query, params, first_stage=cached)
         if first_stage_cache is not None:

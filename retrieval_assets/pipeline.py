@@ -163,12 +163,23 @@ def _session_timeout(conn: psycopg.Connection, ms: int):
         raise
 
 
+def first_stage_key(query: str, params: RetrievalParams) -> tuple:
+    """What a query's first-stage lists depend on: traces with equal keys can share them (``run``'s
+    ``first_stage``). The Rocchio vector list is fed back from the fused lists, so with it the fusion counts too."""
+    key = (query, params.n, params.lexical, params.ef_search)
+    if params.bm25_feedback:
+        key += ("rm3", params.prf_docs, params.prf_terms, params.prf_weight)
+    if params.vector_feedback:
+        key += ("rocchio", params.prf_docs, params.prf_beta, params.fusion, params.weights, params.rrf_k)
+    return key
+
+
 def run(conn: psycopg.Connection, retriever: Retriever, query: str, params: RetrievalParams = DEFAULT, *,
         first_stage: Trace | None = None, rows: dict[str, tuple[Chunk, np.ndarray]] | None = None) -> Trace:
     """The pipeline for one query, every intermediate list kept (``Trace.final``: the answer, top ``params.k``).
 
-    ``first_stage``: an earlier trace of the same query, ``n``, ``lexical``, ``ef_search`` and
-    pseudo-relevance feedback (``prf_*``; with ``prf_beta``, the fusion too) whose first-stage lists and query vector are reused (what-if experiments on the fusion
+    ``first_stage``: an earlier trace of the same ``first_stage_key`` (query, ``n``, ``lexical``,
+    ``ef_search``, feedback) whose first-stage lists and query vector are reused (what-if experiments on the fusion
     weights or the second stage). ``rows``: a caller's cache of ``fetch`` results (read and
     filled), so that repeated runs over the same pool fetch each chunk once.
     """

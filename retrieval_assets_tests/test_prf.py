@@ -277,3 +277,21 @@ def test_describe_names_the_feedback():
     assert "Rocchio feedback on the query vector (10 fused chunks, beta 0.5)" in PRF.with_(prf_beta=0.5).describe()
     assert "feedback" not in DEFAULT.describe()
 
+
+
+def test_shared_first_stages_keep_feedback_apart(indexed, schema, golden):
+    """evaluate_pipelines' cache (diagnose's fusion-weight what-ifs) shares first-stage lists only
+    between settings that give the same ones: with Rocchio the vector list follows the fusion weights."""
+    from retrieval_assets.evaluation import evaluate_pipelines
+
+    conn, embedder, _ = indexed
+    retriever = pipeline.retriever(conn, schema, embedder, PRF)
+    cache: dict = {}
+    for params in (DEFAULT, PRF, PRF.with_(prf_terms=20), PRF.with_(prf_beta=1.0),
+                   PRF.with_(prf_beta=1.0, weights=(0.9, 0.1)), PRF.with_(prf_beta=1.0, fusion="rrf")):
+        shared = evaluate_pipelines(conn, retriever, golden[:10], params, first_stage_cache=cache)
+        alone = evaluate_pipelines(conn, retriever, golden[:10], params)
+        assert [q.ranked for q in shared.queries] == [q.ranked for q in alone.queries], params.describe()
+    assert pipeline.first_stage_key("q", PRF) != pipeline.first_stage_key("q", DEFAULT)
+    assert pipeline.first_stage_key("q", PRF.with_(weights=(0.9, 0.1))) == pipeline.first_stage_key("q", PRF)
+    assert pipeline.first_stage_key("q", PRF.with_(prf_beta=1.0, weights=(0.9, 0.1))) != pipeline.first_stage_key("q", PRF.with_(prf_beta=1.0))
