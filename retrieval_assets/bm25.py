@@ -22,16 +22,9 @@ import numpy as np
 import psycopg
 from psycopg import sql
 
-from retrieval_assets.tables import statement
+from retrieval_assets.tables import exists, statement
 from retrieval_assets.tsquery import LEXEMES, PARSED, clean
 from retrieval_assets.types import Hit
-
-
-def _missing(conn: psycopg.Connection, schema: str, table: str) -> bool:
-    """True when ``schema`` has no table ``table``."""
-    return conn.execute(
-        "SELECT NOT EXISTS (SELECT 1 FROM pg_tables WHERE schemaname = %s AND tablename = %s)", (schema, table)
-    ).fetchone()[0]
 
 
 def _create_triggers(conn: psycopg.Connection, schema: str) -> None:
@@ -69,7 +62,7 @@ def create(conn: psycopg.Connection, schema: str) -> None:
     A schema from before block postings (a ``chunk_terms`` table of one row per posting, lengths
     without chunk numbers) has its statistics dropped and written again from ``chunks``.
     """
-    fresh = _missing(conn, schema, "postings")
+    fresh = not exists(conn, schema, "postings")
     if fresh:
         conn.execute(sql.SQL("DROP TABLE IF EXISTS {}, {}, {}").format(
             sql.Identifier(schema, "chunk_terms"), sql.Identifier(schema, "chunk_lengths"), sql.Identifier(schema, "term_df")))
@@ -89,7 +82,7 @@ def create(conn: psycopg.Connection, schema: str) -> None:
         # column statistics, which shortens it on every sync
         conn.execute(statement(schema, """ALTER TABLE {postings} ALTER COLUMN first_cid SET STATISTICS 0,
                         ALTER COLUMN cids SET STATISTICS 0, ALTER COLUMN tfs SET STATISTICS 0, ALTER COLUMN lens SET STATISTICS 0"""))
-    no_df = _missing(conn, schema, "term_df")
+    no_df = not exists(conn, schema, "term_df")
     conn.execute(statement(schema, 'CREATE TABLE IF NOT EXISTS {term_df} (term text COLLATE "C" PRIMARY KEY, df int NOT NULL)'))
     if no_df and not fresh:
         _count_terms(conn, schema)

@@ -65,16 +65,21 @@ def _send_vector(conn: psycopg.Connection, schema: str, vector: np.ndarray, n: i
         return None
     if exact:
         return conn.execute(statement(schema, _EXACT), {"q": np.asarray(vector, dtype=np.float32), "n": n})
-    conn.execute("SELECT set_config('hnsw.ef_search', %s, true)", (str(hnsw_ef_search(n, ef_search)),))
-    if n > EF_SEARCH_MAX:  # pgvector 0.8: keep scanning the graph until n rows pass
-        conn.execute("SELECT set_config('hnsw.iterative_scan', 'strict_order', true)")
-        conn.execute("SELECT set_config('hnsw.max_scan_tuples', %s, true)", (str(max(20_000, 4 * n)),))
+    _hnsw_settings(conn, n, ef_search)
     # the distance named once: a scan computes it once per row, not again for the score
     return conn.execute(
         statement(schema, """SELECT chunk_id, 1 - distance FROM (
                                SELECT chunk_id, embedding <=> %(q)s AS distance FROM {chunks} ORDER BY distance LIMIT %(n)s) AS top"""),
         {"q": np.asarray(vector, dtype=np.float32), "n": n},
     )
+
+
+def _hnsw_settings(conn: psycopg.Connection, n: int, ef_search: int | None) -> None:
+    """The transaction-local HNSW settings of a graph search for ``n`` rows (inside ``_one_trip``)."""
+    conn.execute("SELECT set_config('hnsw.ef_search', %s, true)", (str(hnsw_ef_search(n, ef_search)),))
+    if n > EF_SEARCH_MAX:  # pgvector 0.8: keep scanning the graph until n rows pass
+        conn.execute("SELECT set_config('hnsw.iterative_scan', 'strict_order', true)")
+        conn.execute("SELECT set_config('hnsw.max_scan_tuples', %s, true)", (str(max(20_000, 4 * n)),))
 
 
 def vector_search(conn: psycopg.Connection, schema: str, vector: np.ndarray, n: int = DEFAULT.n, *,
@@ -209,10 +214,7 @@ def _send_vector_feedback(conn: psycopg.Connection, schema: str, vector: np.ndar
                           ef_search: int | None, exact: bool = False):
     """Execute the Rocchio vector search's statements (inside ``_one_trip``); the cursor of its rows."""
     if not exact:
-        conn.execute("SELECT set_config('hnsw.ef_search', %s, true)", (str(hnsw_ef_search(n, ef_search)),))
-        if n > EF_SEARCH_MAX:
-            conn.execute("SELECT set_config('hnsw.iterative_scan', 'strict_order', true)")
-            conn.execute("SELECT set_config('hnsw.max_scan_tuples', %s, true)", (str(max(20_000, 4 * n)),))
+        _hnsw_settings(conn, n, ef_search)
     vector = np.asarray(vector, dtype=np.float32)
     template = _VECTOR_FEEDBACK.replace("{source}", "{vectors}" if exact else "{chunks}").replace("{ties}", ", chunk_id" if exact else "")
     return conn.execute(statement(schema, template),
@@ -234,7 +236,7 @@ def first_stage(conn: psycopg.Connection, schema: str, vector: np.ndarray, query
     top ``prf_docs``), and the vector list searched again from the query vector moved toward the
     mean vector of the first lists' fused top ``prf_docs`` (Rocchio, ``params.prf_beta``)."""
     send_lexical = _lexical(_SEND_LEXICAL, params.lexical)
-    expand = params.bm25_feedback and params.lexical == "bm25"
+    expand = params.bm25_feedback  # RetrievalParams allows it with the bm25 list only
     with _one_trip(conn):
         cursor = _send_vector(conn, schema, vector, params.n, params.ef_search, exact)
         read_lexical = bm25.send_query(conn, schema, query, params.n) if expand else send_lexical(conn, schema, query, params.n)

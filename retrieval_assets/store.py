@@ -34,7 +34,7 @@ from retrieval_assets import bm25, pg
 from retrieval_assets.embed import Embedder
 from retrieval_assets.params import DEFAULT, hnsw_ef_search
 from retrieval_assets.progress import Progress
-from retrieval_assets.tables import CHUNK_COLUMNS, TABLES, column_list, statement
+from retrieval_assets.tables import CHUNK_COLUMNS, TABLES, column_list, exists, statement
 from retrieval_assets.types import Chunk
 
 log = logging.getLogger(__name__)
@@ -114,7 +114,7 @@ def create(conn: psycopg.Connection, schema: str, dims: int) -> None:
             conn.execute(statement(schema, _HNSW))
         elif not has_exact_copy(conn, schema):  # chosen before the narrow copy existed
             exact_copy(conn, schema)
-        fulltext = not _exists(conn, schema, "fulltext")
+        fulltext = not exists(conn, schema, "fulltext")
         conn.execute(statement(schema, "CREATE TABLE IF NOT EXISTS {fulltext} (chunk_id text PRIMARY KEY, tsv tsvector NOT NULL)"))
         _mirror(conn, schema, "fulltext", "tsv")
         if fulltext:  # new, or a table from before the copy: its GIN moves there
@@ -394,7 +394,7 @@ def check_recall_target(target: float | None) -> None:
 def vector_index(conn: psycopg.Connection, schema: str) -> VectorIndex | None:
     """The vector search chosen for ``schema.chunks`` at its last check, or None (never checked, or a
     table made before the check existed)."""
-    if conn.execute("SELECT to_regclass(%s) IS NULL", (sql.Identifier(schema, "vector_index").as_string(conn),)).fetchone()[0]:
+    if not exists(conn, schema, "vector_index"):
         return None
     row = conn.execute(statement(schema, """SELECT kind, recall, sample, ef_search, reason FROM {vector_index}
                                            ORDER BY checked_at DESC LIMIT 1""")).fetchone()
@@ -510,14 +510,12 @@ def choose_vector_index(conn: psycopg.Connection, schema: str, embedder: Embedde
 # chunks: vector search p50 44 ms against 111 ms, benchmarks/results/scale.md), and ``fulltext``
 # (chunk_id, tsv) always, which the ts_rank_cd list and negated terms read through its GIN index.
 # Statement triggers on chunks keep each equal to it.
+_MIRROR_UPSERT = """INSERT INTO {copy} (chunk_id, {column})
+                     SELECT chunk_id, {column} FROM changed WHERE {column} IS NOT NULL
+                     ON CONFLICT (chunk_id) DO UPDATE SET {column} = EXCLUDED.{column};"""
 _MIRROR_BODY = {
-    "insert": ("NEW", """INSERT INTO {copy} (chunk_id, {column})
-                         SELECT chunk_id, {column} FROM changed WHERE {column} IS NOT NULL
-                         ON CONFLICT (chunk_id) DO UPDATE SET {column} = EXCLUDED.{column};"""),
-    "update": ("NEW", """INSERT INTO {copy} (chunk_id, {column})
-                         SELECT chunk_id, {column} FROM changed WHERE {column} IS NOT NULL
-                         ON CONFLICT (chunk_id) DO UPDATE SET {column} = EXCLUDED.{column};
-                         DELETE FROM {copy} v USING changed c WHERE v.chunk_id = c.chunk_id AND c.{column} IS NULL;"""),
+    "insert": ("NEW", _MIRROR_UPSERT),
+    "update": ("NEW", _MIRROR_UPSERT + " DELETE FROM {copy} v USING changed c WHERE v.chunk_id = c.chunk_id AND c.{column} IS NULL;"),
     "delete": ("OLD", "DELETE FROM {copy} v USING changed c WHERE v.chunk_id = c.chunk_id;"),
 }
 
@@ -562,11 +560,7 @@ def drop_exact_copy(conn: psycopg.Connection, schema: str) -> None:
 
 def has_exact_copy(conn: psycopg.Connection, schema: str) -> bool:
     """True when ``schema`` holds the exact scan's ``vectors`` table."""
-    return _exists(conn, schema, "vectors")
-
-
-def _exists(conn: psycopg.Connection, schema: str, table: str) -> bool:
-    return conn.execute("SELECT to_regclass(%s) IS NOT NULL", (sql.Identifier(schema, table).as_string(conn),)).fetchone()[0]
+    return exists(conn, schema, "vectors")
 
 
 def _has_graph(conn: psycopg.Connection, schema: str) -> bool:

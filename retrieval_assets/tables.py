@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import fields
 
+import psycopg
 from psycopg import sql
 
 from retrieval_assets.types import Chunk
@@ -36,6 +37,11 @@ def column_list(*extra: str, prefix: str = "") -> sql.Composed:
 def statement(schema: str, template: str, **extra: sql.Composable) -> sql.Composed:
     """``template`` with ``{chunks}``, ``{postings}``, ... qualified by ``schema``, and ``extra`` filled in."""
     return sql.SQL(template).format(**{t: sql.Identifier(schema, t) for t in TABLES}, **extra)
+
+
+def exists(conn: psycopg.Connection, schema: str, table: str) -> bool:
+    """True when ``schema`` holds the table ``table`` (one of ``TABLES``)."""
+    return conn.execute("SELECT to_regclass(%s) IS NOT NULL", (sql.Identifier(schema, table).as_string(conn),)).fetchone()[0]
 
 
 def chunk_of(row: dict) -> Chunk:
