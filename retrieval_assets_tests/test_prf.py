@@ -64,6 +64,12 @@ def reference(indexed, schema):
     return Reference(conn, schema)
 
 
+def assert_hits(got, expected, label):
+    """``got`` (Hits) holds ``expected``'s (chunk_id, score) pairs in order, scores within 1e-9."""
+    assert [h.chunk_id for h in got] == [cid for cid, _ in expected], label
+    assert [h.score for h in got] == pytest.approx([score for _, score in expected], abs=1e-9), label
+
+
 def query_terms(conn, schema, query):
     _, found = bm25.send_query(conn, schema, query, 50)()
     return [] if found is None else found["terms"]
@@ -85,8 +91,7 @@ def test_weighted_search_equals_bm25s_term_by_term(indexed, schema, golden, refe
         for n in (3, 50):
             hits = bm25.weighted_search(conn, schema, weights, n)
             expected = reference.top(reference.weighted(weights), n)
-            assert [h.chunk_id for h in hits] == [cid for cid, _ in expected], (q.query_id, n)
-            assert [h.score for h in hits] == pytest.approx([s for _, s in expected], abs=1e-9)
+            assert_hits(hits, expected, (q.query_id, n))
             compared += len(hits)
     assert compared > 1000
 
@@ -123,8 +128,7 @@ def test_rm3_expansion_equals_a_numpy_reference(indexed, schema, golden, referen
         got = bm25.expanded_search(conn, schema, q.query, 50, docs=docs, terms=kept, weight=lam)
         weights = reference.rm3(found["terms"], first[:docs], kept, lam)
         expected = reference.top(reference.weighted(weights), 50)
-        assert [h.chunk_id for h in got] == [cid for cid, _ in expected], q.query_id
-        assert [h.score for h in got] == pytest.approx([s for _, s in expected], abs=1e-9)
+        assert_hits(got, expected, q.query_id)
         compared += len(got)
     assert compared > 500
 
@@ -134,8 +138,7 @@ def test_rm3_weight_zero_is_the_first_search(indexed, schema, golden):
     for q in golden:
         plain = bm25.bm25_search(conn, schema, q.query, 50)
         got = bm25.expanded_search(conn, schema, q.query, 50, docs=10, terms=10, weight=0.0)
-        assert [h.chunk_id for h in got] == [h.chunk_id for h in plain], q.query_id
-        assert [h.score for h in got] == pytest.approx([h.score for h in plain], abs=1e-9)
+        assert_hits(got, [(h.chunk_id, h.score) for h in plain], q.query_id)
 
 
 def test_rm3_on_a_tiny_corpus_brings_in_the_co_occurring_term(scratch):  # noqa: F811 (the fixture)
