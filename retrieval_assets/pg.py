@@ -9,6 +9,7 @@ is the only place that starts servers.
 
 from __future__ import annotations
 
+import atexit
 import fcntl
 import os
 import sys
@@ -207,6 +208,16 @@ def session(dsn: str | None = None) -> Iterator[psycopg.Connection]:
         yield conn
     finally:
         _give_back(key, conn, row_factory)
+
+
+@atexit.register
+def _close_idle() -> None:
+    """At exit, the idle connections end their server backends cleanly instead of dropping the socket."""
+    with _IDLE_LOCK:
+        for conns in _IDLE.values():
+            for conn in conns:
+                conn.close()
+        _IDLE.clear()
 
 
 def _give_back(key: tuple[int, str], conn: psycopg.Connection, row_factory) -> None:
