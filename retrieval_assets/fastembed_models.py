@@ -240,8 +240,12 @@ class FastEmbedder:
         texts = list(texts)
         if not texts:
             return np.zeros((0, self.dims), dtype=np.float32)
-        rows = list(self._load().embed(texts, batch_size=self.batch_size))
-        vectors = np.asarray(rows, dtype=np.float32)
-        if vectors.shape != (len(texts), self.dims):
-            raise RuntimeError(f"{self.name} returned shape {vectors.shape} for {len(texts)} texts, expected (n, {self.dims})")
+        # a batch is padded to its longest text: texts in order of length waste less (fixture chunks with
+        # MiniLM: 26.7 -> 22.1 s, the same vectors); the rows go back to the caller's order
+        order = np.argsort([len(t) for t in texts], kind="stable")
+        rows = np.asarray(list(self._load().embed([texts[i] for i in order], batch_size=self.batch_size)), dtype=np.float32)
+        if rows.shape != (len(texts), self.dims):
+            raise RuntimeError(f"{self.name} returned shape {rows.shape} for {len(texts)} texts, expected (n, {self.dims})")
+        vectors = np.empty_like(rows)
+        vectors[order] = rows
         return vectors

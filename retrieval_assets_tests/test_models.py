@@ -317,6 +317,9 @@ def test_minilm_model_dir(cache):
     assert pypi_models.minilm_model_dir() == folder  # idempotent
 
 
+SENTENCES = ["A man is eating pasta.", "A man is eating food.", "A man is eating a piece of bread.", "A man is riding a horse."]
+
+
 @pytest.fixture(scope="module")
 def minilm_vectors(tmp_path_factory):
     """MiniLM embeddings of a few sentences, computed with the network blocked and HF_HUB_OFFLINE=1."""
@@ -334,14 +337,8 @@ def minilm_vectors(tmp_path_factory):
         mp.setattr(socket, "getaddrinfo", refuse)
         e = partitions.embedder("minilm")
         assert isinstance(e, FastEmbedder) and e.model == MINILM and e.model_dir is not None
-        texts = [
-            "A man is eating pasta.",
-            "A man is eating food.",
-            "A man is eating a piece of bread.",
-            "A man is riding a horse.",
-        ]
         long = " ".join(f"word{i}" for i in range(400))
-        vectors = e.embed([*texts, long, long + " and an ending past the cap that changes nothing"])
+        vectors = e.embed([*SENTENCES, long, long + " and an ending past the cap that changes nothing"])
         return e, vectors
     finally:
         mp.undo()
@@ -361,6 +358,14 @@ def test_minilm_similarities(minilm_vectors):
     # The published all-MiniLM-L6-v2 scores of the sentence-transformers semantic-search example
     # (fp32): 0.7035, 0.5272, 0.1889. The int8 model stays within 0.01 of them.
     np.testing.assert_allclose([pasta @ food, pasta @ bread, pasta @ horse], [0.7035, 0.5272, 0.1889], atol=0.03)
+
+
+def test_minilm_rows_follow_the_callers_order(minilm_vectors):
+    """embed() runs its texts in order of length (less padding) and returns the rows in the caller's order."""
+    e, v = minilm_vectors
+    np.testing.assert_allclose(e.embed(SENTENCES[::-1]), v[:4][::-1], atol=1e-6)
+    for text, row in zip(SENTENCES, v):
+        np.testing.assert_allclose(e.embed([text])[0], row, atol=1e-6)
 
 
 def test_minilm_truncates_at_256_tokens(minilm_vectors):
