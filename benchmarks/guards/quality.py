@@ -18,7 +18,9 @@ folds' held-out queries, 95% bootstrap interval), for (a) the rule fitted per se
 (b) the rule fitted jointly on both datasets (the default: trained on the other folds of the
 held-out dataset plus all of the other dataset), the bm25s peer computed in the same run, and
 the unfitted seed pipeline; the default rule without the feedback stages is reported beside it
-(same run, same folds: what the feedback stages change). The joint rule on all queries gives the default pipeline, printed
+(same run, same folds: what the feedback stages change), and (c) that rule fitted for each embedder
+alone on both datasets (would an embedder's own default do better?), with the golden set's held-out
+recall@10 on its conceptual queries. The joint rule on all queries gives the default pipeline, printed
 at the end (``params.DEFAULT`` holds what this printed; the README says when).
 Writes benchmarks/results/quality.md (``--out``).
 """
@@ -213,9 +215,15 @@ def main(argv: list[str] | None = None) -> int:
         joint.update({(dataset, e): h for e, h in crossval.cross_validate(settings, STAGES, fold_sets, sizes, held_out=dataset).items()})
         before.update({(dataset, e): h for e, h in crossval.cross_validate(settings, NO_FEEDBACK, fold_sets, sizes, held_out=dataset).items()})
         log(f"joint CV held out {dataset} in {time.perf_counter() - t:.0f} s")
+    alone = {}  # the rule fitted per embedder on both datasets: does a default of its own help an embedder?
+    for e in args.embedders:
+        mine = [s for s in settings if s.embedder == e]
+        for dataset in ("cranfield", "golden"):
+            alone.update({(dataset, e): crossval.cross_validate(mine, NO_FEEDBACK, fold_sets, sizes, held_out=dataset)[e]})
     for s in settings:
         rows.append((s, "default rule, no feedback stages", before[s.dataset, s.embedder]))
         rows.append((s, "default rule (fitted on both datasets)", joint[s.dataset, s.embedder]))
+        rows.append((s, "rule of this embedder alone (both datasets), no feedback stages", alone[s.dataset, s.embedder]))
     everything = {d: np.arange(n) for d, n in sizes.items()}
     default = crossval.choose(settings, STAGES, everything)
     default_before = crossval.choose(settings, NO_FEEDBACK, everything)
@@ -260,6 +268,14 @@ def main(argv: list[str] | None = None) -> int:
             diff, lo, hi, wins, losses = paired(after_h.scores, before_h.scores)
             notes.append(f"- {s.dataset}/{s.embedder}, {label} with the feedback stages against without: {after_h.mean:.3f} vs "
                          f"{before_h.mean:.3f}, paired difference {diff:+.3f} [{lo:+.3f}, {hi:+.3f}], better on {wins} queries, worse on {losses}")
+    conceptual = np.array([q.kind == "conceptual" for q in golden_set])
+    for label, rule in (("default rule, no feedback stages", before), ("rule of this embedder alone", alone)):
+        for e in args.embedders:
+            scorer, recall10 = scorers["golden", e], np.zeros(len(golden_set))
+            for test, pick in zip(fold_sets["golden"], rule["golden", e].picks):
+                recall10[test] = [recall_at_k(scorer.ranked(pick, i), scorer.relevant[i], 10) for i in test]
+            notes.append(f"- golden/{e}, {label}: recall@10 held out {recall10.mean():.3f}, conceptual queries "
+                         f"{recall10[conceptual].mean():.3f} ({conceptual.sum()} queries)")
     for e in args.embedders:
         rec = scorers["cranfield", e].recall(default, 100)
         notes.append(f"- cranfield/{e}: recall@100 of the default pipeline {rec.mean():.3f} against the peer's {peer_recall.mean():.3f}")
