@@ -86,6 +86,17 @@ def test_session_drops_connections_it_cannot_vouch_for(pg_dsn):
             assert nested.info.backend_pid != conn.info.backend_pid
 
 
+def test_idle_connections_are_closed_at_exit(pg_dsn):
+    """pg's exit hook ends the idle backends itself (the process no longer collects them at exit)."""
+    with pg.session(pg_dsn) as conn:
+        pid = conn.info.backend_pid
+    assert not conn.closed  # idle, kept for the next block
+    pg._close_idle()
+    assert conn.closed
+    with pg.session(pg_dsn) as fresh:
+        assert fresh.info.backend_pid != pid
+
+
 def test_session_gives_a_clear_error_for_an_unreachable_server():
     port = _free_port()
     with pytest.raises(pg.ConnectError, match=f"port={port}") as err:
