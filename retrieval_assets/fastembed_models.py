@@ -197,7 +197,9 @@ class FastEmbedder:
     """A fastembed ``TextEmbedding``, created on the first non-empty ``embed`` call.
 
     ``batch_size`` is always passed (fastembed's default of 256 needs many GB for long texts)
-    and inputs are truncated at ``max_length`` tokens (MiniLM was trained at 256).
+    and inputs are truncated at ``max_length`` tokens (MiniLM was trained at 256). The default
+    batch of 4 is the fastest measured on these 2 cores for the int8 MiniLM over texts in order of
+    length: the fixture's 430 chunks in 17.1 s against 18.9 s at 16 and 23.8 s at 64, the same vectors.
     ``model_dir`` is a local model folder handed to fastembed as ``specific_model_path``.
     """
 
@@ -206,7 +208,7 @@ class FastEmbedder:
         model: str = BGE_SMALL,
         cache_dir: str | os.PathLike | None = None,
         *,
-        batch_size: int = 16,
+        batch_size: int = 4,
         max_length: int = 256,
         threads: int | None = None,
         model_dir: str | os.PathLike | None = None,

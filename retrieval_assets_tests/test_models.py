@@ -74,7 +74,7 @@ def no_network(monkeypatch):
 
 def test_fastembedder_options(cache):
     e = FastEmbedder()
-    assert (e.model, e.dims, e.batch_size, e.max_length) == (BGE_SMALL, 384, 16, 256)
+    assert (e.model, e.dims, e.batch_size, e.max_length) == (BGE_SMALL, 384, 4, 256)
     assert BGE_SMALL in e.name and e.name == f"fastembed:{BGE_SMALL}"
     assert e.threads == (os.cpu_count() or 1)
     assert e.model_dir is None and e.cache_dir == cache
