@@ -108,20 +108,17 @@ class Scorer:
         stats = CorpusStats.from_texts([c.text for c in chunks])
         self.retrievers = {"corpus": pipeline.Retriever(schema, embedder, LexicalReranker(corpus=stats)),
                            "pool": pipeline.Retriever(schema, embedder, LexicalReranker())}
-        self.traces: dict[tuple[int, str], pipeline.Trace] = {}
+        self.traces: dict[tuple, pipeline.Trace] = {}  # by pipeline.first_stage_key
         self.rows: dict = {}
 
     def ranked(self, cfg: crossval.Config, i: int) -> list[str]:
         params = self.base.with_(**dict(cfg))
-        key = (i, params.lexical)  # the first-stage lists depend on these (and on feedback's settings)
-        if params.bm25_feedback:
-            key += (params.prf_docs, params.prf_terms, params.prf_weight)
-        if params.vector_feedback:  # fed back from the fused top
-            key += ("rocchio", params.prf_docs, params.prf_beta, params.fusion, params.weights, params.rrf_k)
-        elif params.bm25_feedback and key not in self.traces:
+        key = pipeline.first_stage_key(self.queries[i], params)  # what the first-stage lists depend on
+        if params.bm25_feedback and not params.vector_feedback and key not in self.traces:
             # RM3 alone changes only the BM25 list: the vector list and query vector of the run without
             # feedback, the BM25 list as hybrid.first_stage computes it (test_prf checks they are equal)
-            plain = self.traces.get(key[:2]) or self.trace(i, params.with_(prf_docs=0))
+            plain_params = params.with_(prf_docs=0)
+            plain = self.traces.get(pipeline.first_stage_key(self.queries[i], plain_params)) or self.trace(i, plain_params)
             expanded = bm25.expanded_search(self.conn, self.schema, limit_query(self.queries[i]), params.n, docs=params.prf_docs,
                                             terms=params.prf_terms, weight=params.prf_weight)
             self.traces[key] = pipeline.Trace(plain.query_vector, plain.vector, expanded, [], [], [])
@@ -134,7 +131,7 @@ class Scorer:
     def trace(self, i: int, params: RetrievalParams) -> pipeline.Trace:
         """The run of query ``i`` without feedback, kept as the first stage of every later run."""
         trace = pipeline.run(self.conn, self.retrievers[params.rerank_idf], self.queries[i], params, rows=self.rows)
-        self.traces[i, params.lexical] = trace
+        self.traces[pipeline.first_stage_key(self.queries[i], params)] = trace
         return trace
 
     def ndcg(self, cfg: crossval.Config) -> np.ndarray:
