@@ -375,7 +375,7 @@ def _top(conn: psycopg.Connection, schema: str, query: dict, n: int, k1: float, 
 
 # RM3 (Lavrenko and Croft's relevance model, interpolated with the query as in Abdul-Jaleel et
 # al., UMass at TREC 2004), estimated from the feedback chunks' own term frequencies (their tsv,
-# as the postings were) and searched at once, in one statement:
+# from the narrow ``fulltext`` copy, as the postings were) and searched at once, in one statement:
 #   P(w|D) = tf(w, D) / |D|, each feedback chunk D weighted by its first-search score over their sum;
 #   P(w|R) = sum over D of weight(D) P(w|D), its top %(m)s terms kept and renormalised;
 #   weight(t) = (1 - lam) [t in the query] + lam |Q| P(t|R)   (|Q| P(t|Q) = 1 for a query term, so
@@ -386,7 +386,7 @@ _EXPAND = f"""
                              FROM unnest(%(fb)s::text[], %(fb_scores)s::float8[]) AS f(chunk_id, score)),
          rel AS MATERIALIZED (SELECT l.lexeme AS term,
                                      sum(fb.w * cardinality(l.positions)::float8 / greatest(cl.len, 1)) AS p
-                              FROM fb JOIN {{chunks}} c USING (chunk_id) JOIN {{chunk_lengths}} cl USING (chunk_id),
+                              FROM fb JOIN {{fulltext}} c USING (chunk_id) JOIN {{chunk_lengths}} cl USING (chunk_id),
                                    unnest(c.tsv) AS l
                               GROUP BY l.lexeme ORDER BY p DESC, l.lexeme COLLATE "C" LIMIT %(m)s),
          model AS (SELECT term, o.idf, (1 - %(lam)s::float8) * (o.term IS NOT NULL)::int
