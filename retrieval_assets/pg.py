@@ -223,7 +223,7 @@ def session(dsn: str | None = None) -> Iterator[psycopg.Connection]:
         idle = _IDLE.get(key, [])
         while idle and conn is None:
             candidate = idle.pop()
-            if candidate.closed or candidate.info.status != pq.ConnStatus.OK:
+            if _broken(candidate):
                 candidate.close()
             else:
                 conn = candidate
@@ -248,8 +248,13 @@ def _close_idle() -> None:
         _IDLE.clear()
 
 
+def _broken(conn: psycopg.Connection) -> bool:
+    """Closed, or its socket failed: not to be handed out or kept."""
+    return conn.closed or conn.info.status != pq.ConnStatus.OK
+
+
 def _give_back(key: tuple[int, str], conn: psycopg.Connection, row_factory) -> None:
-    if conn.closed or not conn.autocommit or conn.row_factory is not row_factory or conn.info.status != pq.ConnStatus.OK:
+    if _broken(conn) or not conn.autocommit or conn.row_factory is not row_factory:
         conn.close()
         return
     try:
