@@ -196,16 +196,11 @@ def main(argv: list[str] | None = None) -> int:
     # ours against the one-statement peer, pairwise
     vectors = {q: embedder.embed([q])[0] for q in queries}
     print(f"\nours vs peer, pairwise; load now {common.load_average()}")
-    compare(f"hybrid.first_stage ({PARAMS.lexical}) + fuse, top {PARAMS.k}", *pairwise(
-        lambda q: hybrid.fuse(hybrid.first_stage(conn, schema, vectors[q], q, PARAMS), PARAMS)[: PARAMS.k],
-        lambda q: peer(conn, schema, vectors[q], q), queries, args.repeats))
-    compare(f"hybrid.first_stage ({PARAMS.lexical}) + fuse, top {PARAMS.k}", *pairwise(
-        lambda q: hybrid.fuse(hybrid.first_stage(conn, schema, vectors[q], q, PARAMS), PARAMS)[: PARAMS.k],
-        lambda q: peer(conn, schema, vectors[q], q, template=PEER_OR), queries, args.repeats), "peer, words ORed (our matches)")
-    compare(f"hybrid.first_stage ({PARAMS.lexical}) + fuse, top {PARAMS.k}", *pairwise(
-        lambda q: hybrid.fuse(hybrid.first_stage(conn, schema, vectors[q], q, PARAMS), PARAMS)[: PARAMS.k],
-        lambda q: peer(conn, schema, vectors[q], q, template=PEER_OR_NARROW), queries, args.repeats),
-        "peer ORed, on our fulltext copy")
+    for template, label in ((PEER, "peer (one SQL statement, RRF in SQL)"), (PEER_OR, "peer, words ORed (our matches)"),
+                            (PEER_OR_NARROW, "peer ORed, on our fulltext copy")):
+        compare(f"hybrid.first_stage ({PARAMS.lexical}) + fuse, top {PARAMS.k}", *pairwise(
+            lambda q: hybrid.fuse(hybrid.first_stage(conn, schema, vectors[q], q, PARAMS), PARAMS)[: PARAMS.k],
+            lambda q, template=template: peer(conn, schema, vectors[q], q, template=template), queries, args.repeats), label)
     compare(f"hybrid.first_stage ({PARAMS.lexical}) alone", *pairwise(
         lambda q: hybrid.first_stage(conn, schema, vectors[q], q, PARAMS),
         lambda q: peer(conn, schema, vectors[q], q), queries, args.repeats))
