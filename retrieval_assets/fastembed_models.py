@@ -197,9 +197,10 @@ class FastEmbedder:
     """A fastembed ``TextEmbedding``, created on the first non-empty ``embed`` call.
 
     ``batch_size`` is always passed (fastembed's default of 256 needs many GB for long texts)
-    and inputs are truncated at ``max_length`` tokens (MiniLM was trained at 256). The default
-    batch of 4 is the fastest measured on these 2 cores for the int8 MiniLM over texts in order of
-    length: the fixture's 430 chunks in 17.1 s against 18.9 s at 16 and 23.8 s at 64, the same vectors.
+    and inputs are truncated at ``max_length`` tokens (MiniLM was trained at 256). With texts in
+    order of length the batch size barely matters on these 2 cores (the fixture's chunks with the
+    int8 MiniLM: 18.3 to 18.9 s in batches of 2 to 16, benchmarks/guards/bench_minilm_batches.py);
+    the default of 4 keeps a batch's padded inputs and activations a quarter of those at 16.
     ``model_dir`` is a local model folder handed to fastembed as ``specific_model_path``.
     """
 
@@ -243,7 +244,7 @@ class FastEmbedder:
         if not texts:
             return np.zeros((0, self.dims), dtype=np.float32)
         # a batch is padded to its longest text: texts in order of length waste less (fixture chunks with
-        # MiniLM: 26.7 -> 22.1 s, the same vectors); the rows go back to the caller's order
+        # MiniLM: 22.9 -> 18.9 s in batches of 16, the same vectors); the rows go back to the caller's order
         order = np.argsort([len(t) for t in texts], kind="stable")
         rows = np.asarray(list(self._load().embed([texts[i] for i in order], batch_size=self.batch_size)), dtype=np.float32)
         if rows.shape != (len(texts), self.dims):
