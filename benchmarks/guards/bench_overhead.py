@@ -15,7 +15,8 @@ both read the root `dagster.yaml` and record their runs into the same Postgres i
 trivial graph's values go to the default filesystem IO manager (under .retrieval/dagster). Each
 is run once before timing (not counted): the embedded Postgres is then running and the
 partition's index exists. The timed runs alternate A B A B ..., one pair at a time; the figures
-are the medians of A and of B and the median of the per-pair ratios A/B.
+are the medians of A and of B and the median of the per-pair ratios A/B, and the median time A
+takes from its last line of output to its exit (what the interpreter's shutdown costs).
 """
 
 from __future__ import annotations
@@ -71,15 +72,20 @@ class CommandFailed(Exception):
     pass
 
 
-def wall(cmd: list[str], env: dict[str, str]) -> float:
-    """Wall time of one cold process run from the project root; CommandFailed if it exits non-zero."""
+def wall(cmd: list[str], env: dict[str, str]) -> tuple[float, float]:
+    """Wall time of one cold process run from the project root, and the time from its last line of
+    output to its exit (the process's shutdown); CommandFailed if it exits non-zero."""
     start = time.perf_counter()
-    out = subprocess.run(cmd, cwd=common.ROOT, env=env, capture_output=True, text=True)
-    seconds = time.perf_counter() - start
-    if out.returncode != 0:
-        tail = "\n".join((out.stderr or out.stdout).splitlines()[-40:])
-        raise CommandFailed(f"{' '.join(cmd)} exited {out.returncode} after {seconds:.1f} s; stderr tail:\n{tail}")
-    return seconds
+    last, lines = start, []
+    with subprocess.Popen(cmd, cwd=common.ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) as proc:
+        for line in proc.stdout:
+            last = time.perf_counter()
+            lines.append(line)
+    end = time.perf_counter()
+    if proc.returncode != 0:
+        tail = "".join(lines[-40:])
+        raise CommandFailed(f"{' '.join(cmd)} exited {proc.returncode} after {end - start:.1f} s; output tail:\n{tail}")
+    return end - start, end - last
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -103,16 +109,17 @@ def main(argv: list[str] | None = None) -> int:
         trivial_env = dict(os.environ)
         trivial_env["PYTHONPATH"] = os.pathsep.join(p for p in (tmp, os.environ.get("PYTHONPATH")) if p)
         try:
-            warm_a = wall(main_cmd, main_env)
-            warm_b = wall(trivial_cmd, trivial_env)
+            warm_a, _ = wall(main_cmd, main_env)
+            warm_b, _ = wall(trivial_cmd, trivial_env)
             print(f"warm-up (not counted): A {warm_a:.2f} s, B {warm_b:.2f} s\n")
-            times_a, times_b, ratios = [], [], []
+            times_a, times_b, ratios, tails = [], [], [], []
             for i in range(1, args.pairs + 1):
-                a = wall(main_cmd, main_env)
-                b = wall(trivial_cmd, trivial_env)
+                a, tail = wall(main_cmd, main_env)
+                b, _ = wall(trivial_cmd, trivial_env)
                 times_a.append(a)
                 times_b.append(b)
                 ratios.append(a / b)
+                tails.append(tail)
                 print(f"pair {i}: A {a:6.2f} s  B {b:6.2f} s  A/B {a / b:.2f}  (load {common.load_numbers()})", flush=True)
         except CommandFailed as failure:
             print(failure, file=sys.stderr)
@@ -122,6 +129,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"\nmedian A (main command):  {statistics.median(times_a):.2f} s  (min {min(times_a):.2f}, max {max(times_a):.2f})")
     print(f"median B (trivial graph): {statistics.median(times_b):.2f} s  (min {min(times_b):.2f}, max {max(times_b):.2f})")
     print(f"median A - B: {statistics.median(times_a) - statistics.median(times_b):.2f} s")
+    print(f"median time A spends after its last line of output (its summary) until it exits: {statistics.median(tails):.2f} s")
     print(f"median of per-pair ratios A/B: {ratio:.2f}")
     print(f"target: ratio <= {TARGET}")
     print(f"ratio {ratio:.2f}: {common.verdict(ratio <= TARGET)}")
