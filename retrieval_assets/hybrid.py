@@ -15,6 +15,7 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 import psycopg
+from pgvector import HalfVector
 from psycopg import pq
 
 from retrieval_assets import bm25
@@ -52,19 +53,27 @@ def _one_trip(conn: psycopg.Connection):
         yield
 
 
-# an exact scan of the narrow copy (store.exact_copy): same distances as the chunk table's, ties by chunk_id
+# an exact scan of the narrow copy (store.exact_copy): the chunk table's distances (a halfvec copy's: within
+# half precision of them), ties by chunk_id
 _EXACT = """SELECT chunk_id, 1 - distance FROM (
                SELECT chunk_id, embedding <=> %(q)s AS distance FROM {vectors} ORDER BY distance, chunk_id LIMIT %(n)s) AS top"""
 
 
-def _send_vector(conn: psycopg.Connection, schema: str, vector: np.ndarray, n: int, ef_search: int | None, exact: bool = False):
+def _exact_query(vector: np.ndarray, exact: bool | str):
+    """The query vector as the exact scan's copy holds vectors (``exact``: True or "vector", or "halfvec"):
+    bound in that type, the distance needs no cast per row."""
+    vector = np.asarray(vector, dtype=np.float32)
+    return HalfVector(vector) if exact == "halfvec" else vector
+
+
+def _send_vector(conn: psycopg.Connection, schema: str, vector: np.ndarray, n: int, ef_search: int | None, exact: bool | str = False):
     """Execute ``vector_search``'s statements (inside ``_one_trip``); the cursor of its rows, or None when it has none."""
     if ef_search is not None and ef_search < 1:
         raise ValueError(f"ef_search must be at least 1, got {ef_search}")
     if n < 1 or not np.any(vector):
         return None
     if exact:
-        return conn.execute(statement(schema, _EXACT), {"q": np.asarray(vector, dtype=np.float32), "n": n})
+        return conn.execute(statement(schema, _EXACT), {"q": _exact_query(vector, exact), "n": n})
     _hnsw_settings(conn, n, ef_search)
     # the distance named once: a scan computes it once per row, not again for the score
     return conn.execute(
@@ -83,14 +92,15 @@ def _hnsw_settings(conn: psycopg.Connection, n: int, ef_search: int | None) -> N
 
 
 def vector_search(conn: psycopg.Connection, schema: str, vector: np.ndarray, n: int = DEFAULT.n, *,
-                  ef_search: int | None = DEFAULT.ef_search, exact: bool = False) -> list[Hit]:
+                  ef_search: int | None = DEFAULT.ef_search, exact: bool | str = False) -> list[Hit]:
     """Top ``n`` chunks by cosine distance to ``vector``, scored ``1 - distance``; [] for the zero vector.
 
     The HNSW candidate list is ``ef_search`` (default ``n``; at least pgvector's default 40, at
     most 1000): raise it above ``n`` to trade latency for recall (benchmarks/results/scale.md).
     The setting is transaction-local and sent with the query, in one round trip (``_one_trip``).
     ``exact``: scan the table's narrow copy of the embeddings (``store.exact_copy``, present when
-    the table was chosen to scan exactly) instead, ties broken by chunk_id.
+    the table was chosen to scan exactly) instead, ties broken by chunk_id; ``"halfvec"`` when the
+    copy holds halfvec (``store.exact_copy_type``).
     """
     with _one_trip(conn):
         cursor = _send_vector(conn, schema, vector, n, ef_search, exact)
@@ -202,27 +212,29 @@ def fuse(lists: Sequence[Sequence[Hit]], params: RetrievalParams = DEFAULT) -> l
 
 
 # the vector list searched again from the query vector moved toward the feedback chunks (Rocchio):
-# q + beta * mean(feedback vectors), as pgvector computes it (its cosine distance needs no normalising)
-# (``{source}``: the chunk table, searched through its graph, or the exact scan's narrow copy, ties by chunk_id)
+# q + beta * mean(feedback vectors), as pgvector computes it (its cosine distance needs no normalising),
+# the mean of the chunk table's float32 vectors; ``{source}``: the chunk table, searched through its
+# graph, or the exact scan's narrow copy, ties by chunk_id (``{cast}``: to a halfvec copy's type, once)
 _VECTOR_FEEDBACK = """SELECT chunk_id, 1 - distance FROM (
-    SELECT chunk_id, embedding <=> (SELECT %(q)s::vector + avg(f.embedding) * %(beta)s::vector
-                                    FROM {source} f WHERE f.chunk_id = ANY(%(fb)s)) AS distance
+    SELECT chunk_id, embedding <=> (SELECT (%(q)s::vector + avg(f.embedding) * %(beta)s::vector){cast}
+                                    FROM {chunks} f WHERE f.chunk_id = ANY(%(fb)s)) AS distance
     FROM {source} ORDER BY distance{ties} LIMIT %(n)s) AS top"""
 
 
 def _send_vector_feedback(conn: psycopg.Connection, schema: str, vector: np.ndarray, feedback: list[str], beta: float, n: int,
-                          ef_search: int | None, exact: bool = False):
+                          ef_search: int | None, exact: bool | str = False):
     """Execute the Rocchio vector search's statements (inside ``_one_trip``); the cursor of its rows."""
     if not exact:
         _hnsw_settings(conn, n, ef_search)
     vector = np.asarray(vector, dtype=np.float32)
-    template = _VECTOR_FEEDBACK.replace("{source}", "{vectors}" if exact else "{chunks}").replace("{ties}", ", chunk_id" if exact else "")
+    template = (_VECTOR_FEEDBACK.replace("{source}", "{vectors}" if exact else "{chunks}").replace("{ties}", ", chunk_id" if exact else "")
+                .replace("{cast}", "::halfvec" if exact == "halfvec" else ""))
     return conn.execute(statement(schema, template),
                         {"q": vector, "beta": np.full(vector.shape, beta, dtype=np.float32), "fb": feedback, "n": n})
 
 
 def first_stage(conn: psycopg.Connection, schema: str, vector: np.ndarray, query: str,
-                params: RetrievalParams = DEFAULT, *, exact: bool = False) -> tuple[list[Hit], list[Hit]]:
+                params: RetrievalParams = DEFAULT, *, exact: bool | str = False) -> tuple[list[Hit], list[Hit]]:
     """The vector and lexical top ``params.n`` of one query (``vector``: the query's embedding).
 
     Both lists' statements go in one round trip (``_one_trip``): the ef_search setting, the vector
@@ -260,7 +272,7 @@ def first_stage(conn: psycopg.Connection, schema: str, vector: np.ndarray, query
 
 
 def search(conn: psycopg.Connection, schema: str, embedder: Embedder, query: str, params: RetrievalParams = DEFAULT, *,
-           exact: bool = False) -> list[Ranked]:
+           exact: bool | str = False) -> list[Ranked]:
     """Fuse the vector and lexical top ``params.n`` (``fuse``: ``params.fusion``, ``params.weights``) and return the first ``params.k``
     (the query cut to ``params.limit_query``; ``exact`` as ``vector_search``'s)."""
     query = limit_query(query)

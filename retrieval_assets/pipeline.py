@@ -42,7 +42,7 @@ class Retriever:
     embedder: Embedder
     reranker: Reranker | None = None
     ef_search: int | None = None  # the least hnsw.ef_search the table's graph reaches its recall target at (store.vector_index)
-    exact: bool = False  # the table was chosen to scan exactly: vector search reads its narrow copy (store.exact_copy)
+    exact: bool | str = False  # the table was chosen to scan exactly: its narrow copy's vector type ("vector", "halfvec"; store.exact_copy)
 
 
 @dataclass(frozen=True)
@@ -67,8 +67,8 @@ def retriever(conn: psycopg.Connection, schema: str, embedder: Embedder, params:
     if reranker is None:
         reranker = LexicalReranker(corpus=corpus_stats(conn, schema) if params.rerank_idf == "corpus" else None)
     chosen = store.vector_index(conn, schema)
-    if chosen is not None and chosen.kind == "exact" and store.has_exact_copy(conn, schema):
-        return Retriever(schema, embedder, reranker, exact=True)
+    if chosen is not None and chosen.kind == "exact" and (copy := store.exact_copy_type(conn, schema)):
+        return Retriever(schema, embedder, reranker, exact=copy)
     return Retriever(schema, embedder, reranker, chosen.ef_search if chosen is not None and chosen.kind == "hnsw" else None)
 
 

@@ -24,10 +24,11 @@ import re
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import psycopg
+from pgvector import HalfVector
 from psycopg import sql
 
 from retrieval_assets import bm25, pg
@@ -47,6 +48,7 @@ RECALL_TARGET = 0.95  # recall@10 against exact search the HNSW index must keep,
 RECALL_SAMPLE = 50  # the table's own chunks whose words make that check's queries
 QUERY_WORDS = 4  # words of a chunk in one such query
 PROBE_ROWS = 20_000  # a bulk load of twice this many rows first checks a graph over this many (choose_vector_index)
+HALF_RECALL = 0.99  # recall@10 against float32 exact search a halfvec copy must keep to be the exact scan's copy
 EF_LADDER = (None, 100, 200, 400)  # the hnsw.ef_search values tried, cheapest first (None: the pipeline's, for DEFAULT.n)
 _WORD = re.compile(r"[^\W\d_][\w'-]*")
 _HNSW = "CREATE INDEX IF NOT EXISTS chunks_embedding_hnsw ON {chunks} USING hnsw (embedding vector_cosine_ops)"
@@ -429,36 +431,51 @@ def _ladder_recall(conn: psycopg.Connection, schema: str, embedder: Embedder, sa
                    efs: Sequence[int]) -> tuple[dict[int, float], int]:
     """``vector_recall`` at each of ``efs`` (the exact lists computed once): ({ef: recall}, queries)."""
     with conn.transaction():  # the settings are local to it; the scan's server-side cursor needs one
-        texts = [t for (t,) in conn.execute(statement(schema, """SELECT text FROM {chunks} WHERE embedding IS NOT NULL
-                                                               ORDER BY hashtext(chunk_id), chunk_id LIMIT %s"""), (sample,))]
-        queries = [q for q in (query_words(t) for t in texts) if q]
-        vectors = np.asarray(embedder.embed(queries), dtype=np.float32) if queries else np.zeros((0, 1), np.float32)
-        vectors = vectors[np.linalg.norm(vectors, axis=1) > 0]  # words the embedder maps to zero search nothing
-        if not len(vectors):
+        truth = _exact_truth(conn, schema, embedder, sample, k)
+        if truth is None:
             return {ef: 1.0 for ef in efs}, 0
-        unit = vectors.astype(np.float64) / np.linalg.norm(vectors.astype(np.float64), axis=1, keepdims=True)
-        best = np.full((len(unit), k), np.inf)  # the k smallest exact distances per query
-        with conn.cursor(name="vector_recall_scan", binary=True) as scan:
-            scan.itersize = 10_000
-            scan.execute(statement(schema, "SELECT embedding FROM {chunks} WHERE embedding IS NOT NULL"))
-            while batch := scan.fetchmany(10_000):
-                rows = np.stack([r[0].to_numpy() for r in batch]).astype(np.float64)
-                distances = 1.0 - unit @ rows.T / np.maximum(np.linalg.norm(rows, axis=1), 1e-12)  # (queries, batch)
-                best = np.sort(np.concatenate([best, distances], axis=1), axis=1)[:, :k]
-        available = np.isfinite(best).sum(axis=1)  # neighbours per query: k, or every row of a smaller table
         search = statement(schema, "SELECT embedding FROM {chunks} ORDER BY embedding <=> %(q)s LIMIT %(k)s")
         recalls = {}
-        with conn.cursor(binary=True) as cur:
-            for ef in efs:
-                cur.execute("SELECT set_config('hnsw.ef_search', %s, true)", (str(ef),))
-                hits = 0
-                for j, vector in enumerate(vectors):
-                    # the found rows' distances in float64 like the exact ones (pgvector's own are float32 sums)
-                    found = np.stack([r[0].to_numpy() for r in cur.execute(search, {"q": vector, "k": k}).fetchall()]).astype(np.float64)
-                    distances = 1.0 - found @ unit[j] / np.maximum(np.linalg.norm(found, axis=1), 1e-12)
-                    hits += int(np.sum(distances <= best[j, available[j] - 1] + 1e-9))
-                recalls[ef] = hits / int(available.sum())
-    return recalls, len(vectors)
+        for ef in efs:
+            conn.execute("SELECT set_config('hnsw.ef_search', %s, true)", (str(ef),))
+            recalls[ef] = _recall(conn, search, truth, k)
+    return recalls, len(truth[0])
+
+
+def _exact_truth(conn: psycopg.Connection, schema: str, embedder: Embedder, sample: int, k: int):
+    """(query vectors, unit query vectors in float64, the k smallest exact distances of each, how many
+    each has) for ``sample`` keyword queries of the table's chunks; None when no query has a vector.
+    Exact search runs in numpy over ``chunks``, streamed in batches (inside the caller's transaction)."""
+    texts = [t for (t,) in conn.execute(statement(schema, """SELECT text FROM {chunks} WHERE embedding IS NOT NULL
+                                                           ORDER BY hashtext(chunk_id), chunk_id LIMIT %s"""), (sample,))]
+    queries = [q for q in (query_words(t) for t in texts) if q]
+    vectors = np.asarray(embedder.embed(queries), dtype=np.float32) if queries else np.zeros((0, 1), np.float32)
+    vectors = vectors[np.linalg.norm(vectors, axis=1) > 0]  # words the embedder maps to zero search nothing
+    if not len(vectors):
+        return None
+    unit = vectors.astype(np.float64) / np.linalg.norm(vectors.astype(np.float64), axis=1, keepdims=True)
+    best = np.full((len(unit), k), np.inf)  # the k smallest exact distances per query
+    with conn.cursor(name="vector_recall_scan", binary=True) as scan:
+        scan.itersize = 10_000
+        scan.execute(statement(schema, "SELECT embedding FROM {chunks} WHERE embedding IS NOT NULL"))
+        while batch := scan.fetchmany(10_000):
+            rows = np.stack([r[0].to_numpy() for r in batch]).astype(np.float64)
+            distances = 1.0 - unit @ rows.T / np.maximum(np.linalg.norm(rows, axis=1), 1e-12)  # (queries, batch)
+            best = np.sort(np.concatenate([best, distances], axis=1), axis=1)[:, :k]
+    return vectors, unit, best, np.isfinite(best).sum(axis=1)  # neighbours per query: k, or every row of a smaller table
+
+
+def _recall(conn: psycopg.Connection, search: sql.Composable, truth, k: int, bind: Callable = lambda v: v) -> float:
+    """Recall@k of ``search`` (its rows: the found chunks' float32 embeddings) against ``_exact_truth``:
+    a found row counts when its distance, in float64 like the exact ones, is within the exact k-th."""
+    vectors, unit, best, available = truth
+    hits = 0
+    with conn.cursor(binary=True) as cur:
+        for j, vector in enumerate(vectors):
+            found = np.stack([r[0].to_numpy() for r in cur.execute(search, {"q": bind(vector), "k": k}).fetchall()]).astype(np.float64)
+            distances = 1.0 - found @ unit[j] / np.maximum(np.linalg.norm(found, axis=1), 1e-12)
+            hits += int(np.sum(distances <= best[j, available[j] - 1] + 1e-9))
+    return hits / int(available.sum())
 
 
 def choose_vector_index(conn: psycopg.Connection, schema: str, embedder: Embedder, target: float = RECALL_TARGET, *,
@@ -487,7 +504,7 @@ def choose_vector_index(conn: psycopg.Connection, schema: str, embedder: Embedde
                 "exact", recall, queries, ladder[-1],
                 f"HNSW recall@10 {recall:.3f} at ef_search {ladder[-1]} on a graph of {PROBE_ROWS:,} of the table's {rows:,} rows, "
                 f"{about.format(queries=queries)}: below {target}, and lower still at full size; no graph built, vector "
-                "search scans the table exactly"), phases)
+                "search scans the table exactly"), phases, embedder, sample)
     mark = time.perf_counter()
     conn.execute(statement(schema, _HNSW))
     phases["chunks_embedding_hnsw"] = time.perf_counter() - mark
@@ -502,7 +519,8 @@ def choose_vector_index(conn: psycopg.Connection, schema: str, embedder: Embedde
                                                      f"{measured}: HNSW kept, searched at ef_search {ef} or more (target {target})"))
     conn.execute(sql.SQL("DROP INDEX {}").format(sql.Identifier(schema, "chunks_embedding_hnsw")))
     return _record(conn, schema, VectorIndex("exact", recalls[ladder[-1]], queries, ladder[-1],
-                                             f"{measured}: below {target} throughout, HNSW dropped; vector search scans the table exactly"), phases)
+                                             f"{measured}: below {target} throughout, HNSW dropped; vector search scans the table exactly"),
+                   phases, embedder, sample)
 
 
 # The narrow copies that searches scan instead of the chunk rows with their text, tsvector and
@@ -538,17 +556,43 @@ def _unmirror(conn: psycopg.Connection, schema: str, copy: str) -> None:
         conn.execute(statement(schema, "DROP TRIGGER IF EXISTS {name} ON {chunks}", name=sql.Identifier(f"{copy}_{op}")))
 
 
-def exact_copy(conn: psycopg.Connection, schema: str) -> None:
+def exact_copy(conn: psycopg.Connection, schema: str, *, half: bool = False) -> None:
     """Fill ``vectors`` from ``chunks`` and keep it equal through triggers (inside the caller's transaction;
-    idempotent): what every vector search of a table chosen to scan exactly reads."""
-    dims = table_dims(conn, schema)
-    conn.execute(statement(schema, "CREATE TABLE IF NOT EXISTS {vectors} (chunk_id text PRIMARY KEY, embedding vector({dims}) NOT NULL)",
-                           dims=sql.Literal(int(dims))))
+    idempotent): what every vector search of a table chosen to scan exactly reads. ``half``: the
+    copy holds halfvec (half the bytes a scan reads; the chunk table keeps float32)."""
+    dims, kind = table_dims(conn, schema), "halfvec" if half else "vector"
+    if exact_copy_type(conn, schema) not in (None, kind):
+        drop_exact_copy(conn, schema)
+    conn.execute(statement(schema, "CREATE TABLE IF NOT EXISTS {vectors} (chunk_id text PRIMARY KEY, embedding {kind}({dims}) NOT NULL)",
+                           kind=sql.SQL(kind), dims=sql.Literal(int(dims))))
     conn.execute(statement(schema, "ALTER TABLE {vectors} ALTER COLUMN embedding SET STORAGE PLAIN"))
     conn.execute(statement(schema, "TRUNCATE {vectors}"))
     conn.execute(statement(schema, "INSERT INTO {vectors} SELECT chunk_id, embedding FROM {chunks} WHERE embedding IS NOT NULL"))
     _mirror(conn, schema, "vectors", "embedding")
     conn.execute(statement(schema, "ANALYZE {vectors}"))
+
+
+# the chunks an exact scan of the halfvec copy returns, with their float32 embeddings (for _recall)
+_HALF_SEARCH = """SELECT c.embedding FROM (SELECT chunk_id FROM {vectors} ORDER BY embedding <=> %(q)s, chunk_id LIMIT %(k)s) AS top
+                  JOIN {chunks} c USING (chunk_id)"""
+
+
+def _exact_copy_checked(conn: psycopg.Connection, schema: str, choice: VectorIndex, embedder: Embedder | None,
+                        sample: int) -> VectorIndex:
+    """Make the exact scan's copy: in halfvec when the scan of it keeps ``HALF_RECALL`` recall@10 against
+    float32 exact search on the recall check's queries, else in float32; ``choice`` with the reason told."""
+    if embedder is None:
+        exact_copy(conn, schema)
+        return choice
+    exact_copy(conn, schema, half=True)
+    with conn.transaction():  # the truth's server-side cursor needs one
+        truth = _exact_truth(conn, schema, embedder, sample, 10)
+        recall = 1.0 if truth is None else _recall(conn, statement(schema, _HALF_SEARCH), truth, 10, HalfVector)
+    if recall >= HALF_RECALL:
+        return replace(choice, reason=f"{choice.reason}; its copy holds halfvec (recall@10 {recall:.3f} against float32 exact "
+                                      f"search, target {HALF_RECALL})")
+    exact_copy(conn, schema)
+    return replace(choice, reason=f"{choice.reason}; its copy holds float32 (halfvec's recall@10 {recall:.3f} is below {HALF_RECALL})")
 
 
 def drop_exact_copy(conn: psycopg.Connection, schema: str) -> None:
@@ -561,6 +605,17 @@ def drop_exact_copy(conn: psycopg.Connection, schema: str) -> None:
 def has_exact_copy(conn: psycopg.Connection, schema: str) -> bool:
     """True when ``schema`` holds the exact scan's ``vectors`` table."""
     return exists(conn, schema, "vectors")
+
+
+def exact_copy_type(conn: psycopg.Connection, schema: str) -> str | None:
+    """The vector type the exact scan's copy holds (``vector`` or ``halfvec``), None without a copy."""
+    row = conn.execute(
+        """SELECT format_type(a.atttypid, NULL) FROM pg_attribute a
+           JOIN pg_class c ON c.oid = a.attrelid JOIN pg_namespace s ON s.oid = c.relnamespace
+           WHERE s.nspname = %s AND c.relname = 'vectors' AND a.attname = 'embedding' AND NOT a.attisdropped""",
+        (schema,),
+    ).fetchone()
+    return row[0] if row else None
 
 
 def _has_graph(conn: psycopg.Connection, schema: str) -> bool:
@@ -583,14 +638,17 @@ def _probe(conn: psycopg.Connection, schema: str, embedder: Embedder, sample: in
         conn.execute(statement(probe, "DROP TABLE {chunks}"))
 
 
-def _record(conn: psycopg.Connection, schema: str, choice: VectorIndex, phases: dict[str, float] | None = None) -> VectorIndex:
-    (log.info if choice.kind == "hnsw" else log.warning)("%s: %s", schema, choice.reason)
+def _record(conn: psycopg.Connection, schema: str, choice: VectorIndex, phases: dict[str, float] | None = None,
+            embedder: Embedder | None = None, sample: int = RECALL_SAMPLE) -> VectorIndex:
+    """Record ``choice``; for an exact scan, make its narrow copy first (in halfvec when ``embedder``'s
+    queries show it keeps ``HALF_RECALL``, ``_exact_copy_checked``; without an embedder, in float32)."""
     if choice.kind == "exact":
         mark = time.perf_counter()
-        exact_copy(conn, schema)
+        choice = _exact_copy_checked(conn, schema, choice, embedder, sample)
         if phases is not None:
             phases["exact_copy"] = time.perf_counter() - mark
-    else:
+    (log.info if choice.kind == "hnsw" else log.warning)("%s: %s", schema, choice.reason)
+    if choice.kind != "exact":
         drop_exact_copy(conn, schema)
     conn.execute(statement(schema, "DELETE FROM {vector_index}"))
     conn.execute(statement(schema, "INSERT INTO {vector_index} (kind, recall, sample, ef_search, reason) VALUES (%s, %s, %s, %s, %s)"),

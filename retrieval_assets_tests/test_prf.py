@@ -190,15 +190,16 @@ def test_feedback_in_the_first_stage_and_the_pipeline(indexed, schema, golden):
         assert trace.text == lexical_hits and len(trace.final) == PRF.k
 
 
-@pytest.mark.parametrize("exact", [False, True])
+@pytest.mark.parametrize("exact", [False, True, "halfvec"])
 def test_rocchio_moves_the_query_vector_toward_the_fused_top(indexed, schema, golden, exact):
     """The vector list searched again from q + beta * mean(vectors of the fused top prf_docs), equal
     to the exact cosine ranking of that vector in numpy (430 chunks: the planner scans them all);
-    the same through the exact scan's narrow copy (``store.exact_copy``)."""
+    the same through the exact scan's narrow copy (``store.exact_copy``), in float32 or (up to half
+    precision) in halfvec."""
     conn, embedder, chunks = indexed
     if exact:
         with conn.transaction():
-            store.exact_copy(conn, schema)
+            store.exact_copy(conn, schema, half=exact == "halfvec")
     try:
         _rocchio_case(conn, embedder, chunks, schema, golden, exact)
     finally:
@@ -220,8 +221,9 @@ def _rocchio_case(conn, embedder, chunks, schema, golden, exact):
         cosine = matrix @ moved / np.linalg.norm(matrix, axis=1) / np.linalg.norm(moved)
         got, lexical_hits = hybrid.first_stage(conn, schema, vector, q.query, params, exact=exact)
         assert lexical_hits == first[1]
-        assert [h.score for h in got] == pytest.approx(sorted(cosine, reverse=True)[: params.n], abs=1e-5)
-        assert [h.score for h in got] == pytest.approx([cosine[ids.index(h.chunk_id)] for h in got], abs=1e-5)
+        tolerance = 2e-3 if exact == "halfvec" else 1e-5
+        assert [h.score for h in got] == pytest.approx(sorted(cosine, reverse=True)[: params.n], abs=tolerance)
+        assert [h.score for h in got] == pytest.approx([cosine[ids.index(h.chunk_id)] for h in got], abs=tolerance)
 
 
 @pytest.mark.parametrize("query", HOSTILE + ["", "the of and", "-rank", "   "])

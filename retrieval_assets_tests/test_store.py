@@ -459,6 +459,41 @@ def test_an_exact_table_is_scanned_through_its_narrow_copy_kept_equal_by_every_w
     assert not pipeline.retriever(table, schema, HashEmbedder(), RetrievalParams()).exact
 
 
+def test_an_exact_copy_holds_halfvec_when_its_scan_keeps_the_recall_target(table, schema, monkeypatch):
+    """Chosen exact with the embedder at hand: the copy holds halfvec once its scan keeps HALF_RECALL against
+    float32 exact search on the check's queries (the retriever binds the query as halfvec, lists within
+    half precision of the chunk table's); a target it misses leaves the copy in float32."""
+    chunks = make_chunks("h", [f"topic{i % 7} note{i} item{i * 7 % 13}" for i in range(300)])
+    store.sync(table, schema, chunks, HashEmbedder())
+    with table.transaction():
+        chosen = store._record(table, schema, store.VectorIndex("exact", 0.5, 1, 400, "test"), embedder=HashEmbedder())
+    assert store.exact_copy_type(table, schema) == "halfvec"
+    assert "its copy holds halfvec (recall@10 " in chosen.reason and store.vector_index(table, schema) == chosen
+    recall = float(chosen.reason.split("recall@10 ")[1].split()[0])
+    assert store.HALF_RECALL <= recall <= 1.0
+    retriever = pipeline.retriever(table, schema, HashEmbedder(), RetrievalParams())
+    assert retriever.exact == "halfvec"
+    for query in ["topic3 note7", "item5", "note12 topic1"]:
+        vector = HashEmbedder().embed([query])[0]
+        with table.transaction():
+            table.execute("SET LOCAL enable_indexscan = off")
+            truth = dict(table.execute(statement(schema, "SELECT chunk_id, 1 - (embedding <=> %(q)s) FROM {chunks}"), {"q": vector}).fetchall())
+        got = hybrid.vector_search(table, schema, vector, 20, exact="halfvec")
+        best = sorted(truth.values(), reverse=True)[:20]
+        assert [h.score for h in got] == pytest.approx(best, abs=2e-3)  # the top 20 up to half precision
+        assert [h.score for h in got] == pytest.approx([truth[h.chunk_id] for h in got], abs=2e-3)
+        assert pipeline.run(table, retriever, query, RetrievalParams()).vector == hybrid.vector_search(table, schema, vector, 50, exact="halfvec")
+    store.upsert(table, schema, make_chunks("w", ["written after the choice"]), HashEmbedder())  # the triggers cast
+    assert len(copy_rows(table, schema)) == 301
+
+    monkeypatch.setattr(store, "HALF_RECALL", 1.01)  # a target halfvec cannot keep
+    with table.transaction():
+        chosen = store._record(table, schema, store.VectorIndex("exact", 0.5, 1, 400, "test"), embedder=HashEmbedder())
+    assert store.exact_copy_type(table, schema) == "vector" and "its copy holds float32 (halfvec's recall@10" in chosen.reason
+    assert copy_rows(table, schema) == chunk_vectors(table, schema)
+    assert pipeline.retriever(table, schema, HashEmbedder(), RetrievalParams()).exact == "vector"
+
+
 def test_an_exact_table_from_before_the_narrow_copy_gets_it_on_create(table, schema):
     store.sync(table, schema, make_chunks("m", ["one chunk", "two chunks", "three chunks"]), HashEmbedder())
     with table.transaction():
