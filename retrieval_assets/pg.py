@@ -35,8 +35,8 @@ ENV_HOME = "RETRIEVAL_HOME"
 # Set on the embedded server. client_connection_check_interval: a backend whose client died
 # mid-statement notices within 2 s and ends, releasing its locks (0, Postgres's default, waits for
 # the statement to finish). shared_buffers: Postgres's default 128MB cannot hold what a search of
-# 100k chunks reads (the narrow vector and full-text copies and the BM25 postings, about 370 MB;
-# benchmarks/results/scale.md), so every exact scan went back to the OS for a third of its pages.
+# 100k chunks reads (the narrow vector and full-text copies and the BM25 postings, 262 to 318 MB;
+# benchmarks/results/scale.md), so scans went back to the OS for pages.
 # It takes a restart: ``embedded_server`` restarts a server it finds without it when no other
 # client is connected, else the next start applies it.
 SERVER_SETTINGS = {"client_connection_check_interval": "2s", "shared_buffers": "512MB"}
