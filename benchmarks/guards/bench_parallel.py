@@ -1,0 +1,68 @@
+"""The 100k exact scan and hybrid search at 0, 1 and 2 parallel workers per query.
+
+Run (from the project root), after ``uv run python -m benchmarks.guards.scale --sizes 100000 --keep``:
+
+    uv run python -m benchmarks.guards.bench_parallel [--queries 100] [--rounds 3]
+
+On the kept ``bench_scale_100000_hash`` schema (its vector search as ``pipeline.retriever`` chooses
+it, the exact scan of the narrow copy there), times ``hybrid.vector_search`` (n 50, the query vector
+precomputed) and ``hybrid.search`` with the BM25 list (the default's first stage and fusion, k 10)
+with ``max_parallel_workers_per_gather`` at each of ``--workers`` (a session setting), the settings
+rotated per query so that load drift falls on all alike. Prints p50 / p95 per setting and the
+p50 ratio to the server's default (2). Prints figures only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+from benchmarks import common
+from retrieval_assets import hybrid, partitions, pg, pipeline
+from retrieval_assets.params import DEFAULT
+from retrieval_assets.synthetic import Corpus
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--schema", default=common.scale_schema(100_000))
+    parser.add_argument("--queries", type=int, default=100)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--workers", type=int, nargs="+", default=[2, 1, 0])
+    parser.add_argument("--dsn", default=None)
+    args = parser.parse_args(argv)
+    conn = pg.connect(args.dsn)
+    common.print_machine({**common.postgres_versions(conn), "schema": args.schema,
+                          "shared_buffers": conn.execute("SHOW shared_buffers").fetchone()[0]})
+    embedder = partitions.embedder("hash")
+    retriever = pipeline.retriever(conn, args.schema, embedder, DEFAULT)
+    print(f"vector search of {args.schema}: {'exact scan of its ' + str(retriever.exact) + ' copy' if retriever.exact else 'HNSW'}")
+    queries = Corpus(0, topics=300).queries(args.queries)
+    vectors = {q: embedder.embed([q])[0] for q in queries}
+    params = DEFAULT.with_(k=10, n=50, rerank=False)  # the first stage and its fusion
+    kinds = {"vector_search": lambda q: hybrid.vector_search(conn, args.schema, vectors[q], params.n, exact=retriever.exact),
+             "hybrid.search (bm25)": lambda q: hybrid.search(conn, args.schema, embedder, q, params, exact=retriever.exact)}
+    times = {(kind, w): [] for kind in kinds for w in args.workers}
+    for rnd in range(args.rounds + 1):  # round 0 warms the caches, untimed
+        for i, q in enumerate(queries):
+            order = args.workers[i % len(args.workers):] + args.workers[: i % len(args.workers)]
+            for w in order:
+                conn.execute("SELECT set_config('max_parallel_workers_per_gather', %s, false)", (str(w),))
+                for kind, fn in kinds.items():
+                    start = time.perf_counter()
+                    fn(q)
+                    if rnd:
+                        times[kind, w].append(time.perf_counter() - start)
+    conn.execute("RESET max_parallel_workers_per_gather")
+    for kind in kinds:
+        base = common.pct([1000 * s for s in times[kind, 2]], 50) if 2 in args.workers else None
+        for w in args.workers:
+            ms = [1000 * s for s in times[kind, w]]
+            ratio = f"  p50 / workers 2: {common.pct(ms, 50) / base:.2f}x" if base else ""
+            print(f"{kind:<22} workers {w}: p50 {common.pct(ms, 50):6.1f} ms  p95 {common.pct(ms, 95):6.1f} ms  (n={len(ms)}){ratio}")
+    print(f"load at end: {common.load_average()}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
