@@ -6,8 +6,9 @@ Run (from the project root), after ``uv run python -m benchmarks.guards.scale --
 
 On the kept ``bench_scale_100000_hash`` schema (its vector search as ``pipeline.retriever`` chooses
 it, the exact scan of the narrow copy there), times ``hybrid.vector_search`` (n 50, the query vector
-precomputed) and ``hybrid.search`` with the BM25 list (the default's first stage and fusion, k 10)
-with ``max_parallel_workers_per_gather`` at each of ``--workers`` (a session setting), the settings
+precomputed), ``text_search`` (ts_rank_cd), ``bm25_search`` and ``hybrid.search`` with the BM25 list
+(the default's first stage and fusion, k 10) and with ``ts_rank_cd`` (the seed's, RRF), as scale.py
+runs them, with ``max_parallel_workers_per_gather`` at each of ``--workers`` (a session setting), the settings
 rotated per query so that load drift falls on all alike. Prints p50 / p95 per setting and the
 p50 ratio to the server's default (2). Prints figures only.
 """
@@ -18,7 +19,7 @@ import argparse
 import time
 
 from benchmarks import common
-from retrieval_assets import hybrid, partitions, pg, pipeline
+from retrieval_assets import bm25, hybrid, partitions, pg, pipeline
 from retrieval_assets.params import DEFAULT
 from retrieval_assets.synthetic import Corpus
 
@@ -40,7 +41,11 @@ def main(argv: list[str] | None = None) -> int:
     queries = Corpus(0, topics=300).queries(args.queries)
     vectors = {q: embedder.embed([q])[0] for q in queries}
     params = DEFAULT.with_(k=10, n=50, rerank=False)  # the first stage and its fusion
+    seed = params.with_(lexical="ts_rank_cd", fusion="rrf", weights=(1.0, 1.0))
     kinds = {"vector_search": lambda q: hybrid.vector_search(conn, args.schema, vectors[q], params.n, exact=retriever.exact),
+             "text_search": lambda q: hybrid.text_search(conn, args.schema, q, params.n),
+             "bm25_search": lambda q: bm25.bm25_search(conn, args.schema, q, params.n),
+             "hybrid.search (ts_rank_cd)": lambda q: hybrid.search(conn, args.schema, embedder, q, seed, exact=retriever.exact),
              "hybrid.search (bm25)": lambda q: hybrid.search(conn, args.schema, embedder, q, params, exact=retriever.exact)}
     times = {(kind, w): [] for kind in kinds for w in args.workers}
     for rnd in range(args.rounds + 1):  # round 0 warms the caches, untimed
@@ -59,7 +64,7 @@ def main(argv: list[str] | None = None) -> int:
         for w in args.workers:
             ms = [1000 * s for s in times[kind, w]]
             ratio = f"  p50 / workers 2: {common.pct(ms, 50) / base:.2f}x" if base else ""
-            print(f"{kind:<22} workers {w}: p50 {common.pct(ms, 50):6.1f} ms  p95 {common.pct(ms, 95):6.1f} ms  (n={len(ms)}){ratio}")
+            print(f"{kind:<28} workers {w}: p50 {common.pct(ms, 50):6.1f} ms  p95 {common.pct(ms, 95):6.1f} ms  (n={len(ms)}){ratio}")
     print(f"load at end: {common.load_average()}")
     return 0
 
