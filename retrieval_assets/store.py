@@ -13,7 +13,7 @@ ValueError before anything is written. After a bulk load the vector search is ch
 table by measured recall (``choose_vector_index``: HNSW at the least ef_search of ``EF_LADDER``
 that reaches ``RECALL_TARGET``, else an exact scan) and recorded in its ``vector_index`` table;
 an exact scan reads ``vectors``, a narrow copy of the embeddings that triggers keep equal to
-``chunks`` (``exact_copy``).
+``chunks`` (``exact_copy``), in halfvec when its scan keeps ``HALF_RECALL`` against float32.
 """
 
 from __future__ import annotations

@@ -22,7 +22,7 @@ CHUNK_COLUMNS: dict[str, str] = {f.name: _PG_TYPES[str(f.type)] for f in fields(
 
 # Every table a partition's schema holds: the chunks and the BM25 statistics kept beside them;
 # vector_index: the one row saying which vector search the table got after its last bulk load (store.choose_vector_index);
-# vectors: (chunk_id, embedding) alone, kept by triggers on chunks while that choice is an exact scan (store.exact_copy);
+# vectors: (chunk_id, embedding) alone, in float32 or halfvec, kept by triggers on chunks while that choice is an exact scan (store.exact_copy);
 # synced: the fingerprint of the chunks the last sync made the table equal to, cleared by any later write (store.sync);
 # fulltext: (chunk_id, tsv) of every chunk with the GIN index, kept by triggers on chunks, what full-text matching reads.
 TABLES = ("chunks", "chunk_lengths", "postings", "term_df", "bm25_stats", "vector_index", "vectors", "synced", "fulltext")
