@@ -24,7 +24,9 @@ synthetic corpus (``Corpus.queries``, as scale.py). A returned row counts when i
 (numpy, float64, whatever the option computed it in) is within the exact 10th distance. Options: HNSW (pgvector's defaults m 16,
 ef_construction 64; ``max_parallel_maintenance_workers`` 2) at ef_search 50 (the pipeline's),
 100, 200, 400 (``store.EF_LADDER``) and 1000; IVFFlat at lists 316 (sqrt of the rows) with probes 10 and 40, and lists 1000
-with probes 32; exact scan of float32 and of halfvec (a halfvec copy, no index). The planner is
+with probes 32; exact scan of float32 and of halfvec (a halfvec copy, no index); binary quantisation
+as a prefilter: the top 500 or 2000 rows by Jaccard distance of sign bits (a bit per positive
+coordinate and one per negative, a table of its own), reranked by the halfvec copy. The planner is
 held on the index under test (``enable_seqscan`` off) and off every index for exact scans.
 Prints a Markdown table; asserts nothing.
 """
@@ -51,6 +53,7 @@ SCHEMA = "bench_vindex"
 CHUNKS_PER_DOC = 430 / 32  # the fixture corpus: 430 chunks of 32 documents
 HNSW_EF = (50, 100, 200, 400, 1000)  # 50-400: store.EF_LADDER
 IVF = ((316, (10, 40)), (1000, (32,)))
+BITS_CANDIDATES = (500, 2000)  # the sign-bit prefilter's candidates reranked exactly
 
 
 def geometry(x: np.ndarray) -> dict[str, float]:
@@ -135,7 +138,13 @@ def load(conn: psycopg.Connection, kind: str, vectors: np.ndarray) -> None:
     conn.execute(sql.SQL("CREATE TABLE {} (id int4 PRIMARY KEY, v halfvec({}))").format(half, sql.Literal(dims)))
     conn.execute(sql.SQL("ALTER TABLE {} ALTER COLUMN v SET STORAGE PLAIN").format(half))
     conn.execute(sql.SQL("INSERT INTO {} SELECT id, v::halfvec FROM {}").format(half, table))
-    conn.execute(sql.SQL("VACUUM ANALYZE {}, {}").format(table, half))
+    # the sign bits: binary quantisation of v and of -v (a bit per positive, then per negative coordinate)
+    bits = sql.Identifier(SCHEMA, f"{kind}_b")
+    conn.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(bits))
+    conn.execute(sql.SQL("""CREATE TABLE {} AS SELECT id, (binary_quantize(v) || binary_quantize(v * {}::vector))::bit({}) AS b
+                            FROM {}""").format(bits, sql.Literal("[" + ",".join(["-1"] * dims) + "]"), sql.Literal(2 * dims), table))
+    conn.execute(sql.SQL("ALTER TABLE {} ADD PRIMARY KEY (id)").format(bits))
+    conn.execute(sql.SQL("VACUUM ANALYZE {}, {}, {}").format(table, half, bits))
 
 
 def normalised(vectors: np.ndarray) -> np.ndarray:
@@ -154,26 +163,29 @@ def truth(base: np.ndarray, queries: np.ndarray, own: list[int | None], k: int =
     return np.sort(d, axis=1)[:, k - 1]
 
 
-def measure(conn: psycopg.Connection, kind: str, column: str, queries: np.ndarray, own: list[int | None], kth: np.ndarray,
+def measure(conn: psycopg.Connection, search: sql.Composable, bind, queries: np.ndarray, own: list[int | None], kth: np.ndarray,
             base: np.ndarray, settings: dict[str, str], k: int = 10) -> tuple[float, float]:
-    """(recall@k, p50 ms) of ``queries`` under ``settings`` (transaction-local). A returned row is a hit when
-    its exact float64 distance (``base``: the normalised vectors) is within the exact k-th distance."""
-    table = kind if column == "v" else f"{kind}_h"
-    search = sql.SQL("SELECT id FROM {t} ORDER BY v <=> %(q)s LIMIT %(k)s").format(t=sql.Identifier(SCHEMA, table))
-    cast = (lambda v: v) if column == "v" else HalfVector
+    """(recall@k, p50 ms) of ``search`` (its rows: ids, best first; ``bind(query)``: its parameters but
+    ``k``) under ``settings`` (transaction-local). A returned row is a hit when its exact float64
+    distance (``base``: the normalised vectors) is within the exact k-th distance."""
     hits, times = 0, []
     for j, query in enumerate(queries):
         with conn.transaction():
             for name, value in settings.items():
                 conn.execute("SELECT set_config(%s, %s, true)", (name, value))
             start = time.perf_counter()
-            ids = [i for (i,) in conn.execute(search, {"q": cast(query), "k": k + 1}).fetchall()]
+            ids = [i for (i,) in conn.execute(search, {**bind(query), "k": k + 1}).fetchall()]
             times.append(time.perf_counter() - start)
         found = [i for i in ids if i != own[j]][:k]
         q = query.astype(np.float64)
         q /= np.linalg.norm(q)  # in float64, as truth() did
         hits += int(np.sum(1.0 - base[found] @ q <= kth[j] + 1e-9))
     return hits / (k * len(queries)), 1000 * statistics.median(times)
+
+
+def sign_bits(vector: np.ndarray) -> str:
+    """The query's sign bits as the ``_b`` table holds them: one bit per positive coordinate, then one per negative."""
+    return "".join("1" if x > 0 else "0" for x in vector) + "".join("1" if x < 0 else "0" for x in vector)
 
 
 def size_mb(conn: psycopg.Connection, name: str) -> float:
@@ -190,14 +202,27 @@ def frontier(conn: psycopg.Connection, kind: str, vectors: np.ndarray, query_set
 
     def row(option: str, build_s: float | None, size: float, column: str, settings: dict[str, str]) -> None:
         out = {"kind": kind, "option": option, "build_s": build_s, "size_mb": size}
+        if column.startswith("b"):  # the sign-bit prefilter's top candidates, reranked by the halfvec copy
+            search = sql.SQL("""WITH cand AS MATERIALIZED (SELECT id FROM {b} ORDER BY b <%%> %(b)s::bit({bits}) LIMIT {n})
+                                SELECT id FROM {h} JOIN cand USING (id) ORDER BY v <=> %(q)s LIMIT %(k)s""").format(
+                b=sql.Identifier(SCHEMA, f"{kind}_b"), h=sql.Identifier(SCHEMA, f"{kind}_h"),
+                bits=sql.Literal(2 * vectors.shape[1]), n=sql.Literal(int(column[1:])))
+            bind = lambda v: {"q": HalfVector(v), "b": sign_bits(v)}  # noqa: E731
+        else:
+            search = sql.SQL("SELECT id FROM {t} ORDER BY v <=> %(q)s LIMIT %(k)s").format(
+                t=sql.Identifier(SCHEMA, kind if column == "v" else f"{kind}_h"))
+            bind = (lambda v: {"q": v}) if column == "v" else (lambda v: {"q": HalfVector(v)})
         for name, (q, own) in query_sets.items():
-            out[name] = measure(conn, kind, column, q, own, kths[name], base, settings)
+            out[name] = measure(conn, search, bind, q, own, kths[name], base, settings)
         rows.append(out)
         print("  ", out, flush=True)
 
     table_mb = lambda name: conn.execute("SELECT pg_table_size(%s::regclass)", (f"{SCHEMA}.{name}",)).fetchone()[0] / 1e6  # noqa: E731
     row("exact scan, float32", None, table_mb(kind), "v", exact)
     row("exact scan, halfvec", None, table_mb(f"{kind}_h"), "h", exact)
+    for n in BITS_CANDIDATES:
+        # the planner free to fetch the candidates by primary key (no index exists for the bits' distance)
+        row(f"sign bits (Jaccard) top {n}, reranked by the halfvec copy", None, table_mb(f"{kind}_b") + table_mb(f"{kind}_h"), f"b{n}", {})
     conn.execute("SET max_parallel_maintenance_workers = 2")
     conn.execute("SET maintenance_work_mem = '512MB'")
     start = time.perf_counter()
@@ -254,7 +279,7 @@ def main(argv: list[str] | None = None) -> int:
                 words = Corpus(0, topics=args.topics).queries(args.queries)
                 sets["keyword"] = (embedder.embed(words), [None] * len(words))
             results += frontier(conn, kind, vectors, sets)
-            conn.execute(sql.SQL("DROP TABLE {}, {}").format(sql.Identifier(SCHEMA, kind), sql.Identifier(SCHEMA, f"{kind}_h")))
+            conn.execute(sql.SQL("DROP TABLE {}, {}, {}").format(*(sql.Identifier(SCHEMA, f"{kind}{suffix}") for suffix in ("", "_h", "_b"))))
     lines = ["| vectors | option | build (s) | size (MB) | recall@10, own chunks | p50 (ms) | recall@10, keyword queries | p50 (ms) |",
              "|---|---|---:|---:|---:|---:|---:|---:|"]
     for r in results:
