@@ -308,18 +308,33 @@ def _give_back(key: tuple[int, str], conn: psycopg.Connection, row_factory) -> N
     conn.close()
 
 
+def server_settings(conn: psycopg.Connection) -> list[tuple[str, str, str]]:
+    """``(name, value in effect, state)`` of each of ``SERVER_SETTINGS`` on ``conn``'s server; state:
+    ``as set``, ``pending restart`` (changed, the server not restarted yet) or what the embedded default is."""
+    rows = conn.execute("SELECT name, current_setting(name), pending_restart FROM pg_settings WHERE name = ANY(%s) ORDER BY name",
+                        (list(SERVER_SETTINGS),)).fetchall()
+    return [(name, current, "pending restart" if pending else "as set" if current == SERVER_SETTINGS[name]
+             else f"the embedded default is {SERVER_SETTINGS[name]}") for name, current, pending in rows]
+
+
 def main(argv: list[str] | None = None) -> int:
-    """``python -m retrieval_assets.pg [dsn|stop]``: print the DSN in use, or stop the embedded server."""
+    """``python -m retrieval_assets.pg [dsn|settings|stop]``: print the DSN in use, the server settings the
+    embedded default sets (``SERVER_SETTINGS``) as the server in use has them, or stop the embedded server."""
     args = sys.argv[1:] if argv is None else argv
     command = args[0] if args else "dsn"
     if command == "dsn":
         print(mask_dsn(resolve_dsn()))
         return 0
+    if command == "settings":
+        with connect() as conn:
+            for name, current, state in server_settings(conn):
+                print(f"{name} = {current} ({state})")
+        return 0
     if command == "stop":
         stopped = stop_embedded()
         print("stopped the embedded server" if stopped else "no embedded server was running")
         return 0
-    print(f"usage: python -m retrieval_assets.pg [dsn|stop] (got {command!r})", file=sys.stderr)
+    print(f"usage: python -m retrieval_assets.pg [dsn|settings|stop] (got {command!r})", file=sys.stderr)
     return 2
 
 

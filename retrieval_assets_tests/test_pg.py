@@ -82,9 +82,11 @@ def test_a_restart_setting_waits_while_another_client_is_connected(tmp_path, mon
                 assert conn.execute("SELECT pg_postmaster_start_time()").fetchone()[0] == pid  # not restarted under a client
                 assert conn.execute("SHOW shared_buffers").fetchone()[0] != "144MB"
             assert "applies shared_buffers at its next start (1 other clients are connected now)" in caplog.text
+            assert ("shared_buffers", "512MB", "pending restart") in pg.server_settings(other)
         pg._SERVERS.clear()
         with pg.connect() as conn:  # nobody else connected now: restarted with it
             assert conn.execute("SHOW shared_buffers").fetchone()[0] == "144MB"
+            assert ("shared_buffers", "144MB", "as set") in pg.server_settings(conn)
     finally:
         pg.stop_embedded()
 
@@ -192,3 +194,15 @@ def test_session_gives_a_clear_error_for_an_unreachable_server():
         with pg.session(f"postgresql://alice:s3cr3t-pw@127.0.0.1:{port}/ragdb"):
             pass
     assert "s3cr3t" not in str(err.value)
+
+
+def test_the_settings_command_prints_each_server_setting_and_its_state(pg_dsn, monkeypatch, capsys):
+    monkeypatch.setenv(pg.ENV_DSN, pg_dsn)
+    assert pg.main(["settings"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert sorted(line.split(" = ")[0] for line in out) == sorted(pg.SERVER_SETTINGS)
+    if not os.environ.get("RETRIEVAL_TEST_DSN") and os.environ.get("RETRIEVAL_TEST_BACKEND") != "docker":
+        assert all(line.endswith("(as set)") for line in out), out  # the test server is an embedded one
+    monkeypatch.setitem(pg.SERVER_SETTINGS, "client_connection_check_interval", "7s")
+    assert pg.main(["settings"]) == 0
+    assert "(the embedded default is 7s)" in capsys.readouterr().out
