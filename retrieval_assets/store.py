@@ -74,15 +74,20 @@ class VectorIndex:
     reason: str
 
 
+def _embedding_column(conn: psycopg.Connection, schema: str, table: str) -> tuple[str, int] | None:
+    """(type name, dimension) of ``schema.table.embedding``, or None without that table."""
+    return conn.execute(
+        """SELECT format_type(a.atttypid, NULL), a.atttypmod FROM pg_attribute a
+           JOIN pg_class c ON c.oid = a.attrelid JOIN pg_namespace s ON s.oid = c.relnamespace
+           WHERE s.nspname = %s AND c.relname = %s AND a.attname = 'embedding' AND NOT a.attisdropped""",
+        (schema, table),
+    ).fetchone()
+
+
 def table_dims(conn: psycopg.Connection, schema: str) -> int | None:
     """The dimension of ``schema.chunks.embedding``, or None without a table."""
-    row = conn.execute(
-        """SELECT a.atttypmod FROM pg_attribute a
-           JOIN pg_class c ON c.oid = a.attrelid JOIN pg_namespace s ON s.oid = c.relnamespace
-           WHERE s.nspname = %s AND c.relname = 'chunks' AND a.attname = 'embedding'""",
-        (schema,),
-    ).fetchone()
-    return row[0] if row else None
+    column = _embedding_column(conn, schema, "chunks")
+    return column[1] if column else None
 
 
 def _column_defs() -> sql.Composed:
@@ -423,23 +428,29 @@ def vector_recall(conn: psycopg.Connection, schema: str, embedder: Embedder, *, 
     table, streamed in batches.
     """
     ef = hnsw_ef_search(DEFAULT.n, ef_search)
-    recalls, queries = _ladder_recall(conn, schema, embedder, sample, k, [ef])
-    return recalls[ef], queries
+    recalls, truth = _ladder_recall(conn, schema, embedder, sample, k, [ef])
+    return recalls[ef], _queries(truth)
 
 
 def _ladder_recall(conn: psycopg.Connection, schema: str, embedder: Embedder, sample: int, k: int,
-                   efs: Sequence[int]) -> tuple[dict[int, float], int]:
-    """``vector_recall`` at each of ``efs`` (the exact lists computed once): ({ef: recall}, queries)."""
+                   efs: Sequence[int]) -> tuple[dict[int, float], tuple | None]:
+    """``vector_recall`` at each of ``efs`` (the exact lists computed once): ({ef: recall}, the
+    ``_exact_truth`` they were judged against, for a later check of the same table)."""
     with conn.transaction():  # the settings are local to it; the scan's server-side cursor needs one
         truth = _exact_truth(conn, schema, embedder, sample, k)
         if truth is None:
-            return {ef: 1.0 for ef in efs}, 0
+            return {ef: 1.0 for ef in efs}, None
         search = statement(schema, "SELECT embedding FROM {chunks} ORDER BY embedding <=> %(q)s LIMIT %(k)s")
         recalls = {}
         for ef in efs:
             conn.execute("SELECT set_config('hnsw.ef_search', %s, true)", (str(ef),))
             recalls[ef] = _recall(conn, search, truth, k)
-    return recalls, len(truth[0])
+    return recalls, truth
+
+
+def _queries(truth: tuple | None) -> int:
+    """How many queries an ``_exact_truth`` holds (0 for None: none had a vector)."""
+    return 0 if truth is None else len(truth[0])
 
 
 def _exact_truth(conn: psycopg.Connection, schema: str, embedder: Embedder, sample: int, k: int):
@@ -509,7 +520,8 @@ def choose_vector_index(conn: psycopg.Connection, schema: str, embedder: Embedde
     conn.execute(statement(schema, _HNSW))
     phases["chunks_embedding_hnsw"] = time.perf_counter() - mark
     mark = time.perf_counter()
-    recalls, queries = _ladder_recall(conn, schema, embedder, sample, 10, ladder)
+    recalls, truth = _ladder_recall(conn, schema, embedder, sample, 10, ladder)
+    queries = _queries(truth)
     phases["vector_index_check"] = time.perf_counter() - mark
     measured = ", ".join(f"{recalls[ef]:.3f} at ef_search {ef}" for ef in ladder)
     measured = f"HNSW recall@10 against exact search {measured} ({about.format(queries=queries)})"
@@ -520,7 +532,7 @@ def choose_vector_index(conn: psycopg.Connection, schema: str, embedder: Embedde
     conn.execute(sql.SQL("DROP INDEX {}").format(sql.Identifier(schema, "chunks_embedding_hnsw")))
     return _record(conn, schema, VectorIndex("exact", recalls[ladder[-1]], queries, ladder[-1],
                                              f"{measured}: below {target} throughout, HNSW dropped; vector search scans the table exactly"),
-                   phases, embedder, sample)
+                   phases, embedder, sample, truth)  # the same table's truth: the copy's check reuses it
 
 
 # The narrow copies that searches scan instead of the chunk rows with their text, tsvector and
@@ -578,15 +590,17 @@ _HALF_SEARCH = """SELECT c.embedding FROM (SELECT chunk_id FROM {vectors} ORDER 
 
 
 def _exact_copy_checked(conn: psycopg.Connection, schema: str, choice: VectorIndex, embedder: Embedder | None,
-                        sample: int) -> VectorIndex:
+                        sample: int, truth: tuple | None = None) -> VectorIndex:
     """Make the exact scan's copy: in halfvec when the scan of it keeps ``HALF_RECALL`` recall@10 against
-    float32 exact search on the recall check's queries, else in float32; ``choice`` with the reason told."""
+    float32 exact search on the recall check's queries (``truth``: their ``_exact_truth`` on this table
+    when the caller has it), else in float32; ``choice`` with the reason told."""
     if embedder is None:
         exact_copy(conn, schema)
         return choice
     exact_copy(conn, schema, half=True)
     with conn.transaction():  # the truth's server-side cursor needs one
-        truth = _exact_truth(conn, schema, embedder, sample, 10)
+        if truth is None:
+            truth = _exact_truth(conn, schema, embedder, sample, 10)
         recall = 1.0 if truth is None else _recall(conn, statement(schema, _HALF_SEARCH), truth, 10, HalfVector)
     if recall >= HALF_RECALL:
         return replace(choice, reason=f"{choice.reason}; its copy holds halfvec (recall@10 {recall:.3f} against float32 exact "
@@ -609,13 +623,8 @@ def has_exact_copy(conn: psycopg.Connection, schema: str) -> bool:
 
 def exact_copy_type(conn: psycopg.Connection, schema: str) -> str | None:
     """The vector type the exact scan's copy holds (``vector`` or ``halfvec``), None without a copy."""
-    row = conn.execute(
-        """SELECT format_type(a.atttypid, NULL) FROM pg_attribute a
-           JOIN pg_class c ON c.oid = a.attrelid JOIN pg_namespace s ON s.oid = c.relnamespace
-           WHERE s.nspname = %s AND c.relname = 'vectors' AND a.attname = 'embedding' AND NOT a.attisdropped""",
-        (schema,),
-    ).fetchone()
-    return row[0] if row else None
+    column = _embedding_column(conn, schema, "vectors")
+    return column[0] if column else None
 
 
 def _has_graph(conn: psycopg.Connection, schema: str) -> bool:
@@ -639,12 +648,12 @@ def _probe(conn: psycopg.Connection, schema: str, embedder: Embedder, sample: in
 
 
 def _record(conn: psycopg.Connection, schema: str, choice: VectorIndex, phases: dict[str, float] | None = None,
-            embedder: Embedder | None = None, sample: int = RECALL_SAMPLE) -> VectorIndex:
+            embedder: Embedder | None = None, sample: int = RECALL_SAMPLE, truth: tuple | None = None) -> VectorIndex:
     """Record ``choice``; for an exact scan, make its narrow copy first (in halfvec when ``embedder``'s
     queries show it keeps ``HALF_RECALL``, ``_exact_copy_checked``; without an embedder, in float32)."""
     if choice.kind == "exact":
         mark = time.perf_counter()
-        choice = _exact_copy_checked(conn, schema, choice, embedder, sample)
+        choice = _exact_copy_checked(conn, schema, choice, embedder, sample, truth)
         if phases is not None:
             phases["exact_copy"] = time.perf_counter() - mark
     (log.info if choice.kind == "hnsw" else log.warning)("%s: %s", schema, choice.reason)
