@@ -164,11 +164,9 @@ def _apply_settings(uri: str) -> bool:
     so that the caller may restart now; with clients connected it waits for the next start."""
     with psycopg.connect(uri, autocommit=True, connect_timeout=10) as conn:
         changed, restart = False, []
-        for name, value in SERVER_SETTINGS.items():
-            current, context = conn.execute("SELECT current_setting(name), context FROM pg_settings WHERE name = %s",
-                                            (name,)).fetchone()
-            if current != value:
-                conn.execute(sql.SQL("ALTER SYSTEM SET {} = {}").format(sql.Identifier(name), sql.Literal(value)))
+        for name, current, context, _pending in _settings(conn):
+            if current != SERVER_SETTINGS[name]:
+                conn.execute(sql.SQL("ALTER SYSTEM SET {} = {}").format(sql.Identifier(name), sql.Literal(SERVER_SETTINGS[name])))
                 changed, restart = True, restart + ([name] if context == "postmaster" else [])
         if changed:
             conn.execute("SELECT pg_reload_conf()")
@@ -308,13 +306,17 @@ def _give_back(key: tuple[int, str], conn: psycopg.Connection, row_factory) -> N
     conn.close()
 
 
+def _settings(conn: psycopg.Connection) -> list[tuple[str, str, str, bool]]:
+    """``(name, value in effect, context, pending restart)`` of each of ``SERVER_SETTINGS``, by name."""
+    return conn.execute("SELECT name, current_setting(name), context, pending_restart FROM pg_settings WHERE name = ANY(%s) "
+                        "ORDER BY name", (list(SERVER_SETTINGS),)).fetchall()
+
+
 def server_settings(conn: psycopg.Connection) -> list[tuple[str, str, str]]:
     """``(name, value in effect, state)`` of each of ``SERVER_SETTINGS`` on ``conn``'s server; state:
     ``as set``, ``pending restart`` (changed, the server not restarted yet) or what the embedded default is."""
-    rows = conn.execute("SELECT name, current_setting(name), pending_restart FROM pg_settings WHERE name = ANY(%s) ORDER BY name",
-                        (list(SERVER_SETTINGS),)).fetchall()
     return [(name, current, "pending restart" if pending else "as set" if current == SERVER_SETTINGS[name]
-             else f"the embedded default is {SERVER_SETTINGS[name]}") for name, current, pending in rows]
+             else f"the embedded default is {SERVER_SETTINGS[name]}") for name, current, _context, pending in _settings(conn)]
 
 
 def main(argv: list[str] | None = None) -> int:
