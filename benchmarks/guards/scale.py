@@ -236,11 +236,12 @@ def run_size(size: int, *, queries: int, keep: bool, dsn: str | None, seed: int,
                 for q, ex in truth:
                     kth, ids = ex[-1][1], {cid for cid, _ in ex}
                     t0 = time.perf_counter()
-                    got = hybrid.vector_search(conn, schema, embedder.embed([q])[0], n, exact=exact_scan)[:10]
+                    vec = embedder.embed([q])[0]
+                    got = hybrid.vector_search(conn, schema, vec, n, exact=exact_scan)[:10]
                     seconds.append(time.perf_counter() - t0)
                     # the found rows' float32 distances (a halfvec copy's scores are half precision)
                     found = dict(conn.execute(statement(schema, "SELECT chunk_id, embedding <=> %(q)s FROM {chunks} WHERE chunk_id = ANY(%(ids)s)"),
-                                              {"q": embedder.embed([q])[0], "ids": [h.chunk_id for h in got]}).fetchall())
+                                              {"q": vec, "ids": [h.chunk_id for h in got]}).fetchall())
                     hits += sum(1 for h in got if found[h.chunk_id] <= kth + 1e-6) / len(ex)
                     by_id += len(ids & {h.chunk_id for h in got}) / len(ex)
                 result[n] = {"recall": hits / len(truth), "recall_by_id": by_id / len(truth), "p50_ms": 1000 * pct(seconds, 50),
