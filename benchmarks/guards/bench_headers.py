@@ -24,7 +24,7 @@ import numpy as np
 
 from benchmarks import common
 from benchmarks.guards.cranfield import machine
-from retrieval_assets import golden, partitions, pg, pipeline, store
+from retrieval_assets import crossval, golden, partitions, pg, pipeline, store
 from retrieval_assets.metrics import ndcg_at_k, recall_at_k
 from retrieval_assets.params import DEFAULT
 from retrieval_assets.types import Chunk
@@ -46,11 +46,6 @@ class HeadedEmbedder:
 
     def embed(self, texts):
         return self.inner.embed([self.texts.get(t, t) for t in texts])
-
-
-def bootstrap(diff: np.ndarray, resamples: int = 10_000) -> tuple[float, float]:
-    means = diff[np.random.default_rng(0).integers(0, len(diff), size=(resamples, len(diff)))].mean(axis=1)
-    return float(np.quantile(means, 0.025)), float(np.quantile(means, 0.975))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -86,7 +81,7 @@ def main(argv: list[str] | None = None) -> int:
             diff = ""
             if variant != "plain":
                 d = scores[variant] - scores["plain"]
-                lo, hi = bootstrap(d)
+                lo, hi = crossval.bootstrap_interval(d)
                 diff = f"{d.mean():+.3f} [{lo:+.3f}, {hi:+.3f}], better on {(d > 0).sum()}, worse on {(d < 0).sum()}"
             recall = np.array(recall)
             lines.append(f"| {key} | {variant} | {scores[variant].mean():.3f} | {recall.mean():.3f} | {recall[conceptual].mean():.3f} | {diff} |")
