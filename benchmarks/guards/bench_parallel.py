@@ -1,4 +1,4 @@
-"""The 100k exact scan and hybrid search at 0, 1 and 2 parallel workers per query.
+"""The 100k exact scan and hybrid search at 0, 1 and 2 parallel workers per query, and split across two sessions.
 
 Run (from the project root), after ``uv run python -m benchmarks.guards.scale --sizes 100000 --keep``:
 
@@ -8,9 +8,11 @@ On the kept ``bench_scale_100000_hash`` schema (its vector search as ``pipeline.
 it, the exact scan of the narrow copy there), times ``hybrid.vector_search`` (n 50, the query vector
 precomputed), ``text_search`` (ts_rank_cd), ``bm25_search`` and ``hybrid.search`` with the BM25 list
 (the default's first stage and fusion, k 10) and with ``ts_rank_cd`` (the seed's, RRF), as scale.py
-runs them, with ``max_parallel_workers_per_gather`` at each of ``--workers`` (a session setting), the settings
-rotated per query so that load drift falls on all alike. Prints p50 / p95 per setting and the
-p50 ratio to the server's default (2). Prints figures only.
+runs them, with ``max_parallel_workers_per_gather`` at each of ``--workers`` (a session setting) and the
+exact scan in one statement (``pg.SCAN_SESSIONS`` 1), and as the library runs it: split across two sessions
+(``pg.partner``; "split", workers 1 for the other statements). The settings are rotated per query so that
+load drift falls on all alike. Prints p50 / p95 per setting and the p50 ratio to Postgres's default (2
+workers, one statement). Prints figures only.
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ def main(argv: list[str] | None = None) -> int:
     common.print_machine({**common.postgres_versions(conn), "schema": args.schema,
                           "shared_buffers": conn.execute("SHOW shared_buffers").fetchone()[0]})
     embedder = partitions.embedder("hash")
+    scan_sessions = pg.SCAN_SESSIONS
     retriever = pipeline.retriever(conn, args.schema, embedder, DEFAULT)
     print(f"vector search of {args.schema}: {'exact scan of its ' + str(retriever.exact) + ' copy' if retriever.exact else 'HNSW'}")
     queries = Corpus(0, topics=300).queries(args.queries)
@@ -47,24 +50,28 @@ def main(argv: list[str] | None = None) -> int:
              "bm25_search": lambda q: bm25.bm25_search(conn, args.schema, q, params.n),
              "hybrid.search (ts_rank_cd)": lambda q: hybrid.search(conn, args.schema, embedder, q, seed, exact=retriever.exact),
              "hybrid.search (bm25)": lambda q: hybrid.search(conn, args.schema, embedder, q, params, exact=retriever.exact)}
-    times = {(kind, w): [] for kind in kinds for w in args.workers}
+    settings = ["split", *args.workers]
+    times = {(kind, w): [] for kind in kinds for w in settings}
     for rnd in range(args.rounds + 1):  # round 0 warms the caches, untimed
         for i, q in enumerate(queries):
-            order = args.workers[i % len(args.workers):] + args.workers[: i % len(args.workers)]
+            order = settings[i % len(settings):] + settings[: i % len(settings)]
             for w in order:
-                conn.execute("SELECT set_config('max_parallel_workers_per_gather', %s, false)", (str(w),))
+                pg.SCAN_SESSIONS = 2 if w == "split" else 1
+                conn.execute("SELECT set_config('max_parallel_workers_per_gather', %s, false)", (str(1 if w == "split" else w),))
                 for kind, fn in kinds.items():
                     start = time.perf_counter()
                     fn(q)
                     if rnd:
                         times[kind, w].append(time.perf_counter() - start)
     conn.execute("RESET max_parallel_workers_per_gather")
+    pg.SCAN_SESSIONS = scan_sessions
     for kind in kinds:
         base = common.pct([1000 * s for s in times[kind, 2]], 50) if 2 in args.workers else None
-        for w in args.workers:
+        for w in settings:
             ms = [1000 * s for s in times[kind, w]]
             ratio = f"  p50 / workers 2: {common.pct(ms, 50) / base:.2f}x" if base else ""
-            print(f"{kind:<28} workers {w}: p50 {common.pct(ms, 50):6.1f} ms  p95 {common.pct(ms, 95):6.1f} ms  (n={len(ms)}){ratio}")
+            label = "split" if w == "split" else f"workers {w}"
+            print(f"{kind:<28} {label:>9}: p50 {common.pct(ms, 50):6.1f} ms  p95 {common.pct(ms, 95):6.1f} ms  (n={len(ms)}){ratio}")
     print(f"load at end: {common.load_average()}")
     return 0
 
