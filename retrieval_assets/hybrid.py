@@ -80,20 +80,29 @@ def _exact_query(vector: np.ndarray, exact: bool | str):
     return HalfVector(vector) if exact == "halfvec" else vector
 
 
-def _scan_partner(conn: psycopg.Connection, exact: bool | str) -> psycopg.Connection | None:
+def scan_partner(conn: psycopg.Connection, exact: bool | str) -> psycopg.Connection | None:
     """``pg.partner(conn)`` when an exact scan on ``conn`` can be split now: no transaction or pipeline of the
-    caller's is open on it (the partner sees only what is committed, and a pipeline would be synced)."""
+    caller's is open on it (the partner sees only what is committed). A caller that opens its own block of
+    search statements (``pipeline.timeout``) asks before and passes the answer to ``first_stage``."""
     if not exact or conn.info.transaction_status != pq.TransactionStatus.IDLE or conn.pgconn.pipeline_status != pq.PipelineStatus.OFF:
         return None
     return pg.partner(conn)
 
 
-def _send_split(conn: psycopg.Connection, partner: psycopg.Connection, schema: str, q, n: int) -> Callable[[], list[Hit]]:
+def _partner_part(partner: psycopg.Connection, query: sql.Composed, values: dict, timeout_ms: int) -> list[tuple]:
+    """The partner's part of a split scan, under ``timeout_ms`` (0: none) as the caller's statements are; one trip."""
+    with partner.pipeline():
+        partner.execute("SELECT set_config('statement_timeout', %s, false)", (str(timeout_ms),))
+        cursor = partner.execute(query, values)
+    return cursor.fetchall()
+
+
+def _send_split(conn: psycopg.Connection, partner: psycopg.Connection, schema: str, q, n: int, timeout_ms: int) -> Callable[[], list[Hit]]:
     """Execute the lower part of the split exact scan on ``conn`` (inside ``_one_trip``) while ``partner`` scans
     the upper part in a thread; the function that merges both into the top ``n``."""
     pages = _PAGES.setdefault(conn, {})
     values = {"q": q, "n": n, "boundary": f"({pages.get(schema, 0) // 2},0)", "copy": sql.Identifier(schema, "vectors").as_string(conn)}
-    upper = _SCANS.submit(lambda: partner.execute(statement(schema, _EXACT_PART, side=sql.SQL(">=")), values).fetchall())
+    upper = _SCANS.submit(_partner_part, partner, statement(schema, _EXACT_PART, side=sql.SQL(">=")), values, timeout_ms)
     cursor = conn.execute(statement(schema, _EXACT_PART, side=sql.SQL("<")), values)
 
     def read() -> list[Hit]:
@@ -106,15 +115,15 @@ def _send_split(conn: psycopg.Connection, partner: psycopg.Connection, schema: s
 
 
 def _send_vector(conn: psycopg.Connection, schema: str, vector: np.ndarray, n: int, ef_search: int | None, exact: bool | str = False,
-                 partner: psycopg.Connection | None = None) -> Callable[[], list[Hit]]:
+                 partner: psycopg.Connection | None = None, timeout_ms: int = 0) -> Callable[[], list[Hit]]:
     """Execute ``vector_search``'s statements (inside ``_one_trip``; the exact scan split with ``partner`` when
-    given, ``_scan_partner``); the function that reads its hits."""
+    given, ``scan_partner``, its part under ``timeout_ms``); the function that reads its hits."""
     if ef_search is not None and ef_search < 1:
         raise ValueError(f"ef_search must be at least 1, got {ef_search}")
     if n < 1 or not np.any(vector):
         return list
     if exact and partner is not None:
-        return _send_split(conn, partner, schema, _exact_query(vector, exact), n)
+        return _send_split(conn, partner, schema, _exact_query(vector, exact), n, timeout_ms)
     if exact:
         cursor = conn.execute(statement(schema, _EXACT), {"q": _exact_query(vector, exact), "n": n})
     else:
@@ -148,7 +157,7 @@ def vector_search(conn: psycopg.Connection, schema: str, vector: np.ndarray, n: 
     copy holds halfvec (``store.exact_copy_type``). On a ``pg.connect`` connection with no transaction
     open, that scan is split by pages across it and ``pg.partner`` (same lists as one statement).
     """
-    partner = _scan_partner(conn, exact)
+    partner = scan_partner(conn, exact)
     with _one_trip(conn):
         read = _send_vector(conn, schema, vector, n, ef_search, exact, partner)
     return read()
@@ -280,15 +289,20 @@ def _send_vector_feedback(conn: psycopg.Connection, schema: str, vector: np.ndar
                         {"q": vector, "beta": np.full(vector.shape, beta, dtype=np.float32), "fb": feedback, "n": n})
 
 
+AUTO = object()  # first_stage's partner: scan_partner(conn, exact) when the call starts
+
+
 def first_stage(conn: psycopg.Connection, schema: str, vector: np.ndarray, query: str,
-                params: RetrievalParams = DEFAULT, *, exact: bool | str = False) -> tuple[list[Hit], list[Hit]]:
+                params: RetrievalParams = DEFAULT, *, exact: bool | str = False, partner=AUTO) -> tuple[list[Hit], list[Hit]]:
     """The vector and lexical top ``params.n`` of one query (``vector``: the query's embedding).
 
     Both lists' statements go in one round trip (``_one_trip``): the ef_search setting, the vector
     query and the lexical statement, which parses the query itself. ``ts_rank_cd`` needs no more;
     ``bm25``'s first statement reads the terms' statistics, and its postings take a second trip
     (or more, when max-score pruning widens its lead). Same lists as ``vector_search`` and
-    ``lexical_search`` called one after the other (``exact``: as ``vector_search``'s).
+    ``lexical_search`` called one after the other (``exact``: as ``vector_search``'s; ``partner``: the
+    session an exact scan is split with, None for one statement, ``AUTO`` to ask ``scan_partner``; its part
+    runs under ``params.statement_timeout_ms``).
 
     Pseudo-relevance feedback (``params.prf_docs``) costs one trip more, for both of its kinds: the
     BM25 list searched again with RM3's expanded query (``bm25.send_expand``, fed back from its own
@@ -296,9 +310,9 @@ def first_stage(conn: psycopg.Connection, schema: str, vector: np.ndarray, query
     mean vector of the first lists' fused top ``prf_docs`` (Rocchio, ``params.prf_beta``)."""
     send_lexical = _lexical(_SEND_LEXICAL, params.lexical)
     expand = params.bm25_feedback  # RetrievalParams allows it with the bm25 list only
-    partner = _scan_partner(conn, exact)
+    partner = scan_partner(conn, exact) if partner is AUTO else partner
     with _one_trip(conn):
-        read_vector = _send_vector(conn, schema, vector, params.n, params.ef_search, exact, partner)
+        read_vector = _send_vector(conn, schema, vector, params.n, params.ef_search, exact, partner, params.statement_timeout_ms)
         read_lexical = bm25.send_query(conn, schema, query, params.n) if expand else send_lexical(conn, schema, query, params.n)
     vector_hits = read_vector()
     lexical_hits, terms = read_lexical() if expand else (read_lexical(), None)

@@ -523,6 +523,14 @@ def test_a_split_exact_scan_returns_the_lists_of_one_statement(table, schema, ha
     assert pg.partner(table) is not None
     boundary = hybrid._PAGES[table][schema] // 2
     assert boundary > 0
+    # the pipeline splits too (asked before its timeout block opens), the partner's part under the same limit
+    retriever = pipeline.retriever(table, schema, HashEmbedder(), RetrievalParams())
+    hybrid._PAGES[table].clear()  # filled again only by a split
+    params = RetrievalParams(n=120, statement_timeout_ms=4321)
+    ran = pipeline.run(table, retriever, "topic3 note7", params).vector
+    assert pg.partner(table).execute("SHOW statement_timeout").fetchone()[0] == "4321ms"
+    assert hybrid._PAGES[table][schema] in (2 * boundary, 2 * boundary + 1)
+    assert ran == hybrid.vector_search(table, schema, HashEmbedder().embed(["topic3 note7"])[0], 120, exact=exact)
     twins = [h.chunk_id for h in hybrid.vector_search(table, schema, HashEmbedder().embed(["twin words exactly alike"])[0], 3, exact=exact)]
     assert twins == ["s#003", "s#200", "s#396"]
     pages = _pages_of(table, schema, twins)
