@@ -9,7 +9,9 @@ it, the exact scan of the narrow copy there), times ``hybrid.vector_search`` (n 
 precomputed), ``text_search`` (ts_rank_cd), ``bm25_search`` and ``hybrid.search`` with the BM25 list
 (the default's first stage and fusion, k 10) and with ``ts_rank_cd`` (the seed's, RRF), as scale.py
 runs them, and ``pipeline.run`` with the default pipeline (what the command line and assets run: the
-first stage, fusion and the BM25 rerank over the fetched pool), with ``max_parallel_workers_per_gather`` at each of ``--workers`` (a session setting) and the
+first stage, fusion and the BM25 rerank over the fetched pool), and the one-statement peer of
+bench_search on the same narrow copies (``PEER_EXACT``; its ratio to hybrid.search with the seed's
+parameters printed at the end), with ``max_parallel_workers_per_gather`` at each of ``--workers`` (a session setting) and the
 exact scan in one statement (``pg.SCAN_SESSIONS`` 1), and as the library runs it: split across two sessions
 (``pg.partner``; "split", workers 1 for the other statements). The settings are rotated per query so that
 load drift falls on all alike. Prints p50 / p95 per setting and the p50 ratio to the first of ``--workers``
@@ -21,10 +23,18 @@ from __future__ import annotations
 import argparse
 import time
 
+from pgvector import HalfVector
+
 from benchmarks import common
+from benchmarks.guards.bench_search import PEER_OR_NARROW, peer
 from retrieval_assets import bm25, hybrid, partitions, pg, pipeline
 from retrieval_assets.params import DEFAULT
 from retrieval_assets.synthetic import Corpus
+
+# bench_search's one-statement peer (pgvector-python's rrf.py style, the words ORed as ours take them, full
+# text on our fulltext copy) with its vector CTE on the exact scan's narrow copy: the same search as
+# hybrid.search with the seed's parameters, written as one statement that Postgres may run in parallel
+PEER_EXACT = PEER_OR_NARROW.replace("FROM {chunks} ORDER BY embedding", "FROM {vectors} ORDER BY embedding")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -46,12 +56,17 @@ def main(argv: list[str] | None = None) -> int:
     vectors = {q: embedder.embed([q])[0] for q in queries}
     params = DEFAULT.with_(k=10, n=50, rerank=False)  # the first stage and its fusion
     seed = params.with_(lexical="ts_rank_cd", fusion="rrf", weights=(1.0, 1.0))
+    assert PEER_EXACT != PEER_OR_NARROW and retriever.exact, "the peer needs the exact scan's copy"
+
+    def as_copy(vector):
+        return HalfVector(vector) if retriever.exact == "halfvec" else vector
     kinds = {"vector_search": lambda q: hybrid.vector_search(conn, args.schema, vectors[q], params.n, exact=retriever.exact),
              "text_search": lambda q: hybrid.text_search(conn, args.schema, q, params.n),
              "bm25_search": lambda q: bm25.bm25_search(conn, args.schema, q, params.n),
              "hybrid.search (ts_rank_cd)": lambda q: hybrid.search(conn, args.schema, embedder, q, seed, exact=retriever.exact),
              "hybrid.search (bm25)": lambda q: hybrid.search(conn, args.schema, embedder, q, params, exact=retriever.exact),
-             "pipeline.run (default)": lambda q: pipeline.run(conn, retriever, q, DEFAULT)}
+             "pipeline.run (default)": lambda q: pipeline.run(conn, retriever, q, DEFAULT),
+             "peer + embed (one statement)": lambda q: peer(conn, args.schema, as_copy(embedder.embed([q])[0]), q, seed, PEER_EXACT)}
     settings = ["split", *args.workers]
     times = {(kind, w): [] for kind in kinds for w in settings}
     for rnd in range(args.rounds + 1):  # round 0 warms the caches, untimed
@@ -74,6 +89,11 @@ def main(argv: list[str] | None = None) -> int:
             ratio = f"  p50 / workers {args.workers[0]}: {common.pct(ms, 50) / base:.2f}x"
             label = "split" if w == "split" else f"workers {w}"
             print(f"{kind:<28} {label:>9}: p50 {common.pct(ms, 50):6.1f} ms  p95 {common.pct(ms, 95):6.1f} ms  (n={len(ms)}){ratio}")
+    ours, theirs = (common.pct(times[kind, "split"], 50) for kind in ("hybrid.search (ts_rank_cd)", "peer + embed (one statement)"))
+    same = sum(len({r.chunk_id for r in hybrid.search(conn, args.schema, embedder, q, seed, exact=retriever.exact)}
+                   & {row[0] for row in peer(conn, args.schema, as_copy(vectors[q]), q, seed, PEER_EXACT)}) for q in queries)
+    print(f"hybrid.search (ts_rank_cd, RRF; split) against the peer (one statement, workers 1), same slots: p50 ratio "
+          f"{ours / theirs:.2f}x; top 10 in common {same / (10 * len(queries)):.0%}")
     print(f"load at end: {common.load_average()}")
     return 0
 
