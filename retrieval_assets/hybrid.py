@@ -64,9 +64,10 @@ _EXACT = """SELECT chunk_id, 1 - distance FROM (
 # the same scan split across two sessions (pg.partner) at a page: each part's top n with its distances, merged
 # in Python. Any boundary splits the table exactly; the one used is half the copy's pages as the last split
 # measured them (the part above it reports the size), so growth only unbalances the parts until the next search.
+# ``{query}``: the query vector's expression (the bound vector, or Rocchio's moved one).
 _EXACT_PART = """SELECT top.chunk_id, 1 - top.distance, top.distance, size.pages
     FROM (SELECT pg_relation_size(%(copy)s::regclass) / current_setting('block_size')::int AS pages) AS size
-    LEFT JOIN LATERAL (SELECT chunk_id, embedding <=> %(q)s AS distance FROM {vectors} WHERE ctid {side} %(boundary)s::tid
+    LEFT JOIN LATERAL (SELECT chunk_id, embedding <=> {query} AS distance FROM {vectors} WHERE ctid {side} %(boundary)s::tid
                        ORDER BY distance, chunk_id COLLATE "C" LIMIT %(n)s) AS top ON true
     ORDER BY top.distance, top.chunk_id COLLATE "C" """  # an empty part gives one row without a chunk: the size still comes
 _SCANS = ThreadPoolExecutor(max_workers=4, thread_name_prefix="exact-scan")  # runs the partners' parts
@@ -97,13 +98,16 @@ def _partner_part(partner: psycopg.Connection, query: sql.Composed, values: dict
     return cursor.fetchall()
 
 
-def _send_split(conn: psycopg.Connection, partner: psycopg.Connection, schema: str, q, n: int, timeout_ms: int) -> Callable[[], list[Hit]]:
+def _send_split(conn: psycopg.Connection, partner: psycopg.Connection, schema: str, values: dict, n: int, timeout_ms: int,
+                query: str = "%(q)s") -> Callable[[], list[Hit]]:
     """Execute the lower part of the split exact scan on ``conn`` (inside ``_one_trip``) while ``partner`` scans
-    the upper part in a thread; the function that merges both into the top ``n``."""
+    the upper part in a thread (``query``: the query vector's expression, ``values`` its parameters); the
+    function that merges both into the top ``n``."""
     pages = _PAGES.setdefault(conn, {})
-    values = {"q": q, "n": n, "boundary": f"({pages.get(schema, 0) // 2},0)", "copy": sql.Identifier(schema, "vectors").as_string(conn)}
-    upper = _SCANS.submit(_partner_part, partner, statement(schema, _EXACT_PART, side=sql.SQL(">=")), values, timeout_ms)
-    cursor = conn.execute(statement(schema, _EXACT_PART, side=sql.SQL("<")), values)
+    values = {**values, "n": n, "boundary": f"({pages.get(schema, 0) // 2},0)", "copy": sql.Identifier(schema, "vectors").as_string(conn)}
+    template = _EXACT_PART.replace("{query}", query)
+    upper = _SCANS.submit(_partner_part, partner, statement(schema, template, side=sql.SQL(">=")), values, timeout_ms)
+    cursor = conn.execute(statement(schema, template, side=sql.SQL("<")), values)
 
     def read() -> list[Hit]:
         lower, above = cursor.fetchall(), upper.result()
@@ -123,7 +127,7 @@ def _send_vector(conn: psycopg.Connection, schema: str, vector: np.ndarray, n: i
     if n < 1 or not np.any(vector):
         return list
     if exact and partner is not None:
-        return _send_split(conn, partner, schema, _exact_query(vector, exact), n, timeout_ms)
+        return _send_split(conn, partner, schema, {"q": _exact_query(vector, exact)}, n, timeout_ms)
     if exact:
         cursor = conn.execute(statement(schema, _EXACT), {"q": _exact_query(vector, exact), "n": n})
     else:
@@ -270,23 +274,29 @@ def fuse(lists: Sequence[Sequence[Hit]], params: RetrievalParams = DEFAULT) -> l
 # the vector list searched again from the query vector moved toward the feedback chunks (Rocchio):
 # q + beta * mean(feedback vectors), as pgvector computes it (its cosine distance needs no normalising),
 # the mean of the chunk table's float32 vectors; ``{source}``: the chunk table, searched through its
-# graph, or the exact scan's narrow copy, ties by chunk_id (``{cast}``: to a halfvec copy's type, once)
-_VECTOR_FEEDBACK = """SELECT chunk_id, 1 - distance FROM (
-    SELECT chunk_id, embedding <=> (SELECT (%(q)s::vector + avg(f.embedding) * %(beta)s::vector){cast}
-                                    FROM {chunks} f WHERE f.chunk_id = ANY(%(fb)s)) AS distance
-    FROM {source} ORDER BY distance{ties} LIMIT %(n)s) AS top"""
+# graph, or the exact scan's narrow copy, ties by chunk_id as ``_EXACT``'s (``{cast}``: to a halfvec copy's
+# type, once); the exact scan split like ``_EXACT``'s when a partner is given
+_MOVED = "(SELECT (%(q)s::vector + avg(f.embedding) * %(beta)s::vector){cast} FROM {chunks} f WHERE f.chunk_id = ANY(%(fb)s))"
+_VECTOR_FEEDBACK = f"""SELECT chunk_id, 1 - distance FROM (
+    SELECT chunk_id, embedding <=> {_MOVED} AS distance FROM {{source}} ORDER BY distance{{ties}} LIMIT %(n)s) AS top"""
 
 
 def _send_vector_feedback(conn: psycopg.Connection, schema: str, vector: np.ndarray, feedback: list[str], beta: float, n: int,
-                          ef_search: int | None, exact: bool | str = False):
-    """Execute the Rocchio vector search's statements (inside ``_one_trip``); the cursor of its rows."""
+                          ef_search: int | None, exact: bool | str = False, partner: psycopg.Connection | None = None,
+                          timeout_ms: int = 0) -> Callable[[], list[Hit]]:
+    """Execute the Rocchio vector search's statements (inside ``_one_trip``; split with ``partner`` as
+    ``_send_vector``'s); the function that reads its hits."""
     if not exact:
         _hnsw_settings(conn, n, ef_search)
     vector = np.asarray(vector, dtype=np.float32)
-    template = (_VECTOR_FEEDBACK.replace("{source}", "{vectors}" if exact else "{chunks}").replace("{ties}", ", chunk_id" if exact else "")
-                .replace("{cast}", "::halfvec" if exact == "halfvec" else ""))
-    return conn.execute(statement(schema, template),
-                        {"q": vector, "beta": np.full(vector.shape, beta, dtype=np.float32), "fb": feedback, "n": n})
+    values = {"q": vector, "beta": np.full(vector.shape, beta, dtype=np.float32), "fb": feedback}
+    cast = "::halfvec" if exact == "halfvec" else ""
+    if exact and partner is not None:
+        return _send_split(conn, partner, schema, values, n, timeout_ms, _MOVED.replace("{cast}", cast))
+    template = (_VECTOR_FEEDBACK.replace("{source}", "{vectors}" if exact else "{chunks}")
+                .replace("{ties}", ', chunk_id COLLATE "C"' if exact else "").replace("{cast}", cast))
+    cursor = conn.execute(statement(schema, template), {**values, "n": n})
+    return lambda: as_hits(cursor.fetchall())
 
 
 AUTO = object()  # first_stage's partner: scan_partner(conn, exact) when the call starts
@@ -322,12 +332,13 @@ def first_stage(conn: psycopg.Connection, schema: str, vector: np.ndarray, query
     with _one_trip(conn):
         if moved:
             top = [r.chunk_id for r in fuse([vector_hits, lexical_hits], params)[: params.prf_docs]]
-            cursor = _send_vector_feedback(conn, schema, vector, top, params.prf_beta, params.n, params.ef_search, exact)
+            read_moved = _send_vector_feedback(conn, schema, vector, top, params.prf_beta, params.n, params.ef_search, exact,
+                                               partner, params.statement_timeout_ms)
         if terms is not None and lexical_hits:
             read_expanded = bm25.send_expand(conn, schema, terms, lexical_hits[: params.prf_docs], params.n,
                                              terms_kept=params.prf_terms, weight=params.prf_weight)
     if moved:
-        vector_hits = as_hits(cursor.fetchall())
+        vector_hits = read_moved()
     if terms is not None and lexical_hits:
         lexical_hits = read_expanded()
     return vector_hits, lexical_hits

@@ -6,7 +6,7 @@ import bm25s
 import numpy as np
 import pytest
 
-from retrieval_assets import bm25, hybrid, pipeline, store
+from retrieval_assets import bm25, hybrid, pg, pipeline, store
 from retrieval_assets.embed import HashEmbedder
 from retrieval_assets.params import DEFAULT, PRF_TERMS_MAX, SEED, RetrievalParams
 from retrieval_assets.types import Hit, Ranked
@@ -221,6 +221,11 @@ def _rocchio_case(conn, embedder, chunks, schema, golden, exact):
         cosine = matrix @ moved / np.linalg.norm(matrix, axis=1) / np.linalg.norm(moved)
         got, lexical_hits = hybrid.first_stage(conn, schema, vector, q.query, params, exact=exact)
         assert lexical_hits == first[1]
+        if exact:  # both trips split across the partner (pg.partner): the lists of one statement each
+            hybrid._PAGES.get(conn, {}).pop(schema, None)
+            assert hybrid.first_stage(conn, schema, vector, q.query, params, exact=exact, partner=pg.partner(conn))[0] == got
+            assert hybrid._PAGES[conn][schema] > 0
+            assert hybrid.first_stage(conn, schema, vector, q.query, params, exact=exact, partner=None)[0] == got
         tolerance = 2e-3 if exact == "halfvec" else 1e-5
         assert [h.score for h in got] == pytest.approx(sorted(cosine, reverse=True)[: params.n], abs=tolerance)
         assert [h.score for h in got] == pytest.approx([cosine[ids.index(h.chunk_id)] for h in got], abs=tolerance)
