@@ -29,7 +29,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 import psycopg
 from pgvector import HalfVector
-from psycopg import sql
+from psycopg import pq, sql
 
 from retrieval_assets import bm25, pg
 from retrieval_assets.embed import Embedder
@@ -338,7 +338,8 @@ def sync(conn: psycopg.Connection, schema: str, chunks: Iterable[Chunk], embedde
     non-empty index raises ``ShrinkError`` (nothing changed) unless ``allow_shrink``; a chunk
     too large for a Postgres tsvector raises ``ChunkTooLargeError`` naming it. After a bulk load
     the HNSW index is checked against exact search and kept only when its recall@10 reaches
-    ``recall_target`` (``choose_vector_index``; None: not checked, HNSW kept). When the table
+    ``recall_target`` (``choose_vector_index``; None: not checked, HNSW kept), and after the commit the
+    loaded tables are vacuumed (``_vacuum_loaded``). When the table
     still holds what the last sync wrote for the same chunks (every field, in the same order) and
     embedder, nothing is read or written: a trigger clears that record at any other write to
     ``chunks`` (upsert, SQL of anyone's), so the shortcut never hides a change.
@@ -353,9 +354,11 @@ def sync(conn: psycopg.Connection, schema: str, chunks: Iterable[Chunk], embedde
         _lock(conn, schema)
         if conn.execute(statement(schema, "SELECT fingerprint FROM {synced}")).fetchone() == (fingerprint,):
             return SyncReport(inserted=0, updated=0, deleted=0, unchanged=len(chunks), embedded=0)  # nothing written since
-        report = _sync(conn, schema, chunks, embedder, batch, tick, allow_shrink, recall_target)
+        report, bulk = _sync(conn, schema, chunks, embedder, batch, tick, allow_shrink, recall_target)
         conn.execute(statement(schema, """INSERT INTO {synced} (fingerprint) VALUES (%s)
                                           ON CONFLICT (one) DO UPDATE SET fingerprint = EXCLUDED.fingerprint"""), (fingerprint,))
+    if bulk:
+        _vacuum_loaded(conn, schema)
     return report
 
 
@@ -369,8 +372,8 @@ def _fingerprint(chunks: Sequence[Chunk], embedder: Embedder) -> str:
 
 
 def _sync(conn: psycopg.Connection, schema: str, chunks: list[Chunk], embedder: Embedder, batch: int,
-          tick: Callable[[int], None], allow_shrink: bool, recall_target: float | None) -> SyncReport:
-    """``sync``'s writes, inside its transaction and lock."""
+          tick: Callable[[int], None], allow_shrink: bool, recall_target: float | None) -> tuple[SyncReport, bool]:
+    """``sync``'s writes, inside its transaction and lock; the report, and whether it was a bulk load."""
     known = dict(conn.execute(statement(schema, "SELECT chunk_id, text FROM {chunks}")).fetchall())
     doomed = len(known.keys() - {c.chunk_id for c in chunks})
     if known and doomed * 2 > len(known) and not allow_shrink:
@@ -379,7 +382,7 @@ def _sync(conn: psycopg.Connection, schema: str, chunks: list[Chunk], embedder: 
                           "(asset config chunk_index: allow_shrink: true)")
     known_texts = set(known.values())
     if not known_texts and len(chunks) >= max(BULK_MIN, 1):
-        return _bulk(conn, schema, chunks, embedder, tick, recall_target)
+        return _bulk(conn, schema, chunks, embedder, tick, recall_target), True
     fresh = {c.chunk_id for c in chunks if c.text not in known_texts}
     _stage(conn, chunks, _vectors(embedder, chunks, fresh, batch, tick), embedder.dims)
     inserted, updated, deleted = _merge(conn, schema, delete_missing=True)
@@ -389,7 +392,26 @@ def _sync(conn: psycopg.Connection, schema: str, chunks: list[Chunk], embedder: 
         deleted=deleted,
         unchanged=len(chunks) - inserted - updated,
         embedded=len(fresh),
-    )
+    ), False
+
+
+# what a bulk load fills, vacuumed after its commit (``_vacuum_loaded``)
+_LOADED = ("chunks", "fulltext", "postings", "chunk_lengths", "term_df", "vectors")
+
+
+def _vacuum_loaded(conn: psycopg.Connection, schema: str) -> None:
+    """VACUUM the tables a bulk load just filled, so that every page is marked all-visible: scans then skip
+    the per-row visibility check, the first searches set no hint bits, and autovacuum finds nothing to do
+    while they run (its time: benchmarks/results/scale.md). Left to autovacuum when ``conn`` is not autocommit
+    or has a transaction open (VACUUM cannot run inside one)."""
+    if not conn.autocommit or conn.info.transaction_status != pq.TransactionStatus.IDLE:
+        return
+    start = time.perf_counter()
+    present = [r[0] for r in conn.execute("SELECT tablename FROM pg_tables WHERE schemaname = %s AND tablename = ANY(%s) "
+                                          "ORDER BY tablename", (schema, list(_LOADED))).fetchall()]
+    conn.execute(sql.SQL("VACUUM {}").format(sql.SQL(", ").join(sql.Identifier(schema, t) for t in present)))
+    seconds = time.perf_counter() - start
+    log.info("%s: vacuumed %s after the bulk load in %.1f s", schema, ", ".join(present), seconds, extra={"phases": {"vacuum": seconds}})
 
 
 def check_recall_target(target: float | None) -> None:

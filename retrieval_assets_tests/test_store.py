@@ -189,6 +189,10 @@ def test_bulk_load_into_an_empty_table_equals_the_row_by_row_sync(table, schema,
     assert table.execute(contents).fetchall() == row_by_row
     assert stats_kept(table, schema) == stats_from_scratch(table, schema)
     assert indexdefs(table, schema) == definitions  # HNSW and GIN rebuilt as they were defined
+    for name in ("chunks", "fulltext", "postings"):  # vacuumed after the commit: every page all-visible
+        pages, visible = table.execute("SELECT relpages, relallvisible FROM pg_class WHERE oid = %s::regclass",
+                                       (sql.Identifier(schema, name).as_string(table),)).fetchone()
+        assert visible == pages > 0, name
     # a table with rows goes the row-by-row way
     assert store.sync(table, schema, chunks[:-1], e) == store.SyncReport(0, 0, 1, len(chunks) - 1, 0)
     assert stats_kept(table, schema) == stats_from_scratch(table, schema)

@@ -320,6 +320,7 @@ def markdown(results: list[dict], info: dict) -> str:
         row("ANALYZE (s)", lambda r: _phase(r, "analyze")),
         row("vector index check: HNSW recall@10 on 4-word queries from the table's chunks (s)", lambda r: _phase(r, "vector_index_check")),
         row("exact scan's narrow copy, with its halfvec recall check (s)", lambda r: _phase(r, "exact_copy")),
+        row("VACUUM of the loaded tables after the commit (s)", lambda r: _phase(r, "vacuum")),
         row("vector search chosen (`store.choose_vector_index`, target recall 0.95)",
             lambda r: f"{r.get('vector_index', {}).get('kind', 'hnsw')}"
                       + (f", {r['exact_copy']} copy" if isinstance(r.get("exact_copy"), str) else "")
