@@ -245,18 +245,24 @@ _PARTNERS_LOCK = threading.Lock()
 def partner(conn: psycopg.Connection) -> psycopg.Connection | None:
     """A second autocommit connection to ``conn``'s server that runs part of a split scan beside it, opened
     on first use and kept while ``conn`` lives (closed with it, or at exit); None when scans are not split
-    (``SCAN_SESSIONS`` 1) or ``conn`` was not opened by ``connect``. It reads what is committed: a caller
-    holding a transaction open on ``conn`` must not split (hybrid checks)."""
+    (``SCAN_SESSIONS`` 1), ``conn`` was not opened by ``connect``, or the server refused the second
+    connection (e.g. max_connections reached: logged once, and ``conn`` scans alone from then on). It reads
+    what is committed: a caller holding a transaction open on ``conn`` must not split (hybrid checks)."""
     dsn = _OPENED_WITH.get(conn)
     if SCAN_SESSIONS < 2 or dsn is None or conn.closed:
         return None
     with _PARTNERS_LOCK:
         owner, other = _PARTNERS.get(conn, (None, None))
-        if other is not None and owner == os.getpid() and not _broken(other):
+        if owner == os.getpid() and (other is None or not _broken(other)):
             return other
-        other = connect(dsn)
+        try:
+            other = connect(dsn)
+        except ConnectError as exc:
+            log.warning("exact scans on this connection run as one statement: a second session was refused (%s)", exc)
+            other = None
+        else:
+            weakref.finalize(conn, other.close)
         _PARTNERS[conn] = (os.getpid(), other)
-        weakref.finalize(conn, other.close)
         return other
 
 

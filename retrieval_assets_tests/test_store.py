@@ -555,6 +555,32 @@ def test_a_split_exact_scan_returns_the_lists_of_one_statement(table, schema, ha
     assert hybrid.vector_search(table, schema, vector, 120, exact=exact) == expected
 
 
+def test_a_refused_partner_leaves_the_exact_scan_in_one_statement(table, schema, pg_dsn, monkeypatch, caplog):
+    """A server that refuses the second session (max_connections reached, say): the search runs as one
+    statement with the same lists, the refusal is logged once, and the connection does not ask again."""
+    store.sync(table, schema, make_chunks("r", [f"topic{i % 7} note{i}" for i in range(200)]), HashEmbedder())
+    with table.transaction():
+        store._record(table, schema, store.VectorIndex("exact", 0.5, 1, 400, "test"))
+    vector = HashEmbedder().embed(["topic3 note7"])[0]
+    with table.transaction():
+        expected = hybrid.vector_search(table, schema, vector, 50, exact=True)
+    with pg.connect(pg_dsn) as fresh:
+        calls = []
+
+        def refuse(dsn=None, **kwargs):
+            calls.append(dsn)
+            raise pg.ConnectError("cannot connect to Postgres at test: sorry, too many clients already")
+
+        monkeypatch.setattr(pg, "connect", refuse)
+        with caplog.at_level("WARNING", logger="retrieval_assets.pg"):
+            assert hybrid.vector_search(fresh, schema, vector, 50, exact=True) == expected
+            assert hybrid.vector_search(fresh, schema, vector, 50, exact=True) == expected
+        assert len(calls) == 1 and pg.partner(fresh) is None
+        assert [r.message for r in caplog.records].count(
+            "exact scans on this connection run as one statement: a second session was refused "
+            "(cannot connect to Postgres at test: sorry, too many clients already)") == 1
+
+
 def test_an_exact_table_from_before_the_narrow_copy_gets_it_on_create(table, schema):
     store.sync(table, schema, make_chunks("m", ["one chunk", "two chunks", "three chunks"]), HashEmbedder())
     with table.transaction():
