@@ -6,6 +6,8 @@ rank)`` with ranks from 1; none raises on user query text, and a query without w
 sum of each list's scores normalised over the list (min-max or z-score); ``fuse`` picks one by
 ``params.fusion``. Fused lists break ties by chunk_id and keep each item's rank per list.
 ``search`` is the first stage of ``pipeline.run``: both lists, fused, cut at ``params.k``.
+An exact scan (a table chosen to scan its narrow copy) runs split across the connection and
+``pg.partner`` when no transaction of the caller's is open, with the lists of one statement.
 """
 
 from __future__ import annotations
