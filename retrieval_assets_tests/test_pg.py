@@ -1,5 +1,6 @@
 import os
 import socket
+import time
 
 import pytest
 
@@ -186,6 +187,33 @@ def test_a_forked_child_leaves_its_parents_idle_connections_alone(pg_dsn):
     os.waitpid(child, 0)
     with pg.session(pg_dsn) as again:  # the parent's backend is still there, and still usable
         assert again.info.backend_pid == pid and again.execute("SELECT 1").fetchone() == (1,)
+
+
+def test_a_partner_ends_with_its_connection_and_not_in_a_forked_child(pg_dsn):
+    """``pg.partner``'s session is closed with the connection it serves; a forked child closing its copy of
+    that connection (or dropping it) leaves the parent's partner backend running."""
+    def alive(pid):
+        with pg.connect(pg_dsn) as probe:
+            return probe.execute("SELECT count(*) FROM pg_stat_activity WHERE pid = %s", (pid,)).fetchone()[0] == 1
+
+    with pg.connect(pg_dsn) as conn:
+        other = pg.partner(conn)
+        assert other is not None and pg.partner(conn) is other
+        pid = other.info.backend_pid
+        child = os.fork()
+        if child == 0:
+            try:
+                conn.close()
+            finally:
+                os._exit(0)
+        os.waitpid(child, 0)
+        assert alive(pid) and other.execute("SELECT 1").fetchone() == (1,)
+    assert other.closed
+    for _ in range(50):  # the backend's exit is asynchronous to the client's close
+        if not alive(pid):
+            break
+        time.sleep(0.05)
+    assert not alive(pid)
 
 
 def test_session_gives_a_clear_error_for_an_unreachable_server():

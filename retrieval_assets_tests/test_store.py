@@ -577,7 +577,7 @@ def test_a_refused_partner_leaves_the_exact_scan_in_one_statement(table, schema,
             assert hybrid.vector_search(fresh, schema, vector, 50, exact=True) == expected
         assert len(calls) == 1 and pg.partner(fresh) is None
         assert [r.message for r in caplog.records].count(
-            "exact scans on this connection run as one statement: a second session was refused "
+            "searches on this connection run in its session alone: a second session was refused "
             "(cannot connect to Postgres at test: sorry, too many clients already)") == 1
 
 
