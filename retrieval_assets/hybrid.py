@@ -6,9 +6,9 @@ rank)`` with ranks from 1; none raises on user query text, and a query without w
 sum of each list's scores normalised over the list (min-max or z-score); ``fuse`` picks one by
 ``params.fusion``. Fused lists break ties by chunk_id and keep each item's rank per list.
 ``search`` is the first stage of ``pipeline.run``: both lists, fused, cut at ``params.k``.
-When no transaction of the caller's is open, ``first_stage`` runs the vector list on ``pg.partner``
-beside the lexical list (an exact scan of a table's narrow copy: split across both sessions), with
-the lists of one session.
+When no transaction of the caller's is open, an exact scan of a table's narrow copy is split across
+the connection and ``pg.partner``, and ``first_stage`` runs a graph search on the partner beside the
+``ts_rank_cd`` list, with the lists of one session.
 """
 
 from __future__ import annotations
@@ -84,13 +84,20 @@ def _exact_query(vector: np.ndarray, exact: bool | str):
     return HalfVector(vector) if exact == "halfvec" else vector
 
 
-def scan_partner(conn: psycopg.Connection, exact: bool | str, *, beside: bool = False) -> psycopg.Connection | None:
-    """``pg.partner(conn)`` when part of a vector search can run on it now: half of an exact scan, or (``beside``:
-    a lexical list runs on ``conn`` meanwhile, as in ``first_stage``) the whole graph search. Only when no
+# the lexical lists a graph search runs beside, on the partner: ts_rank_cd's one statement is most of the first
+# stage (first_stage 0.88x one session's time on Cranfield with MiniLM, 0.87 to 0.94x on the fixture); BM25's
+# first trip is a short read of term statistics that the graph search rides along with (1.04x beside it)
+_BESIDE = frozenset({"ts_rank_cd"})
+
+
+def scan_partner(conn: psycopg.Connection, exact: bool | str, lexical: str | None = None) -> psycopg.Connection | None:
+    """``pg.partner(conn)`` when part of a vector search can run on it now: half of an exact scan, or the whole
+    graph search while ``conn`` runs the ``lexical`` list (``first_stage``; one of ``_BESIDE``). Only when no
     transaction or pipeline of the caller's is open on ``conn`` (the partner sees only what is committed). A
     caller that opens its own block of search statements (``pipeline.timeout``) asks before and passes the
     answer to ``first_stage``."""
-    if not (exact or beside) or conn.info.transaction_status != pq.TransactionStatus.IDLE or conn.pgconn.pipeline_status != pq.PipelineStatus.OFF:
+    if not (exact or lexical in _BESIDE) or conn.info.transaction_status != pq.TransactionStatus.IDLE \
+            or conn.pgconn.pipeline_status != pq.PipelineStatus.OFF:
         return None
     return pg.partner(conn)
 
@@ -314,7 +321,7 @@ def _send_vector_feedback(conn: psycopg.Connection, schema: str, vector: np.ndar
     return lambda: as_hits(cursor.fetchall())
 
 
-AUTO = object()  # first_stage's partner: scan_partner(conn, exact, beside=True) when the call starts
+AUTO = object()  # first_stage's partner: scan_partner(conn, exact, params.lexical) when the call starts
 
 
 def first_stage(conn: psycopg.Connection, schema: str, vector: np.ndarray, query: str,
@@ -327,8 +334,7 @@ def first_stage(conn: psycopg.Connection, schema: str, vector: np.ndarray, query
     (or more, when max-score pruning widens its lead). Same lists as ``vector_search`` and
     ``lexical_search`` called one after the other (``exact``: as ``vector_search``'s). ``partner``: the
     session that takes half of an exact scan, or the whole graph search while ``conn`` runs the lexical list
-    (at the fixture's size the two lists then take about 0.8x the time of one after the other,
-    bench_search); None for everything on ``conn``, ``AUTO`` to ask ``scan_partner``; its statement runs
+    (``_BESIDE``); None for everything on ``conn``, ``AUTO`` to ask ``scan_partner``; its statement runs
     under ``params.statement_timeout_ms``.
 
     Pseudo-relevance feedback (``params.prf_docs``) costs one trip more, for both of its kinds: the
@@ -337,7 +343,7 @@ def first_stage(conn: psycopg.Connection, schema: str, vector: np.ndarray, query
     mean vector of the first lists' fused top ``prf_docs`` (Rocchio, ``params.prf_beta``)."""
     send_lexical = _lexical(_SEND_LEXICAL, params.lexical)
     expand = params.bm25_feedback  # RetrievalParams allows it with the bm25 list only
-    partner = scan_partner(conn, exact, beside=True) if partner is AUTO else partner
+    partner = scan_partner(conn, exact, params.lexical) if partner is AUTO else partner
     with _one_trip(conn):
         read_vector = _send_vector(conn, schema, vector, params.n, params.ef_search, exact, partner, params.statement_timeout_ms)
         read_lexical = bm25.send_query(conn, schema, query, params.n) if expand else send_lexical(conn, schema, query, params.n)

@@ -196,7 +196,7 @@ def run(conn: psycopg.Connection, retriever: Retriever, query: str, params: Retr
         vector_q, vector, text = first_stage.query_vector, first_stage.vector, first_stage.text
     rows = {} if rows is None else rows
     read_rows = None
-    partner = hybrid.scan_partner(conn, retriever.exact, beside=True) if first_stage is None else None  # asked before the block opens
+    partner = hybrid.scan_partner(conn, retriever.exact, params.lexical) if first_stage is None else None  # asked before the block opens
     with timeout(conn, params.statement_timeout_ms):
         if first_stage is None:
             vector, text = hybrid.first_stage(conn, retriever.schema, vector_q, query, params, exact=retriever.exact, partner=partner)

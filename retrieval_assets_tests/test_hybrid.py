@@ -204,29 +204,32 @@ def test_search_never_raises_on_random_text(indexed, schema, query):
 
 
 @pytest.mark.parametrize("lexical", ["ts_rank_cd", "bm25"])
-def test_first_stage_runs_the_graph_search_on_the_partner_beside_the_lexical_list(indexed, schema, golden, lexical, monkeypatch):
+def test_first_stage_runs_the_graph_search_on_the_partner_beside_the_text_list(indexed, schema, golden, lexical, monkeypatch):
     """With no transaction open, ``first_stage`` sends the whole HNSW search to ``pg.partner`` (its ef_search
-    and statement timeout set there) while the connection runs the lexical list: the lists of one session,
-    ids, scores and ranks; inside a transaction (the partner cannot see what it wrote) everything stays on
-    the connection."""
+    and statement timeout set there) while the connection runs the ts_rank_cd list; beside BM25 it stays on
+    the connection. The lists of one session either way, ids, scores and ranks; inside a transaction (the
+    partner cannot see what it wrote) everything stays on the connection."""
     conn, embedder, _ = indexed
     params = RetrievalParams(n=60, lexical=lexical, statement_timeout_ms=4321)
     sent = []
     real = hybrid._partner_part
     monkeypatch.setattr(hybrid, "_partner_part", lambda partner, *a: sent.append(partner) or real(partner, *a))
-    partner = hybrid.scan_partner(conn, False, beside=True)
+    partner = hybrid.scan_partner(conn, False, "ts_rank_cd")
     assert partner is not None and hybrid.scan_partner(conn, False) is None  # a vector search alone keeps its session
+    assert (hybrid.scan_partner(conn, False, lexical) is partner) == (lexical == "ts_rank_cd")
     for q in golden[:12]:
         vector = embedder.embed([q.query])[0]
         beside = hybrid.first_stage(conn, schema, vector, q.query, params)
         alone = hybrid.first_stage(conn, schema, vector, q.query, params, partner=None)
         assert beside == alone and len(beside[0]) == 60
-    assert sent == [partner] * 12
+    assert sent == ([partner] * 12 if lexical == "ts_rank_cd" else [])
+    if lexical == "bm25":
+        return
     assert partner.execute("SHOW statement_timeout").fetchone()[0] == "4321ms"
     assert partner.execute("SHOW hnsw.ef_search").fetchone()[0] == "40"  # ef_search 60 was local to its statement
     sent.clear()
     with conn.transaction():
-        assert hybrid.scan_partner(conn, False, beside=True) is None
+        assert hybrid.scan_partner(conn, False, "ts_rank_cd") is None
         hybrid.first_stage(conn, schema, embedder.embed(["rank fusion"])[0], "rank fusion", params)
     assert sent == []
 
@@ -237,12 +240,12 @@ def test_a_graph_search_on_the_partner_past_its_limit_is_a_search_timeout(indexe
     sessions search on afterwards."""
     conn, embedder, _ = indexed
     retriever = pipeline.retriever(conn, schema, embedder, RetrievalParams())
-    assert not retriever.exact and hybrid.scan_partner(conn, retriever.exact, beside=True) is not None
+    assert not retriever.exact and hybrid.scan_partner(conn, retriever.exact, "ts_rank_cd") is not None
     slow = hybrid._GRAPH.replace("FROM {chunks}", "FROM {chunks}, (SELECT pg_sleep(0.5)) AS slow")
     monkeypatch.setattr(hybrid, "_GRAPH", slow)
     with pytest.raises(pipeline.SearchTimeout, match="statement_timeout_ms=100"):
-        pipeline.run(conn, retriever, "rank fusion", RetrievalParams(statement_timeout_ms=100))
+        pipeline.run(conn, retriever, "rank fusion", RetrievalParams(lexical="ts_rank_cd", statement_timeout_ms=100))
     monkeypatch.undo()
     assert conn.execute("SHOW statement_timeout").fetchone()[0] == "0"
-    assert pipeline.run(conn, retriever, "rank fusion", RetrievalParams(statement_timeout_ms=2500)).final
+    assert pipeline.run(conn, retriever, "rank fusion", RetrievalParams(lexical="ts_rank_cd", statement_timeout_ms=2500)).final
     assert pg.partner(conn).execute("SHOW statement_timeout").fetchone()[0] == "2500ms"
