@@ -89,6 +89,7 @@ def test_a_command_line_run_shows_in_the_ui(webserver):
     [run] = data["runsOrError"]["results"]
     assert run["jobName"] == "evaluate_embedders" and run["status"] == "SUCCESS"
     assert {"key": "dagster/partition", "value": "hash"} in run["tags"]
+    assert _graphql(port, "{ shouldShowNux }") == {"shouldShowNux": False}  # no community dialog over the page (dagster.yaml)
 
 
 def test_graphql_lists_assets_and_partitions(webserver):
