@@ -1,3 +1,4 @@
+import atexit
 import os
 import socket
 import time
@@ -200,14 +201,15 @@ def test_a_partner_ends_with_its_connection_and_not_in_a_forked_child(pg_dsn):
         other = pg.partner(conn)
         assert other is not None and pg.partner(conn) is other
         pid = other.info.backend_pid
-        child = os.fork()
-        if child == 0:
-            try:
-                conn.close()
-            finally:
-                os._exit(0)
-        os.waitpid(child, 0)
-        assert alive(pid) and other.execute("SELECT 1").fetchone() == (1,)
+        for leave in (conn.close, atexit._run_exitfuncs):  # closing its copy; exiting with it unclosed (the finalizer)
+            child = os.fork()
+            if child == 0:
+                try:
+                    leave()
+                finally:
+                    os._exit(0)
+            os.waitpid(child, 0)
+            assert alive(pid) and other.execute("SELECT 1").fetchone() == (1,)
     assert other.closed
     for _ in range(50):  # the backend's exit is asynchronous to the client's close
         if not alive(pid):
