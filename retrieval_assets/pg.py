@@ -257,12 +257,18 @@ _PARTNERS: weakref.WeakKeyDictionary[psycopg.Connection, tuple[int, psycopg.Conn
 _PARTNERS_LOCK = threading.Lock()
 
 
+def _close_if_ours(other: psycopg.Connection, owner: int) -> None:
+    """Close ``other`` if process ``owner`` (this one) opened it: a forked child's copy belongs to its parent."""
+    if owner == os.getpid():
+        other.close()
+
+
 def _close_partner(conn: psycopg.Connection) -> None:
-    """End ``conn``'s partner's backend, if this process opened it (a forked child's copy belongs to its parent)."""
+    """End ``conn``'s partner's backend (``_close_if_ours``) and forget it."""
     with _PARTNERS_LOCK:
         owner, other = _PARTNERS.pop(conn, (None, None))
-    if other is not None and owner == os.getpid():
-        other.close()
+    if other is not None:
+        _close_if_ours(other, owner)
 
 
 class _Connection(psycopg.Connection):
@@ -271,11 +277,6 @@ class _Connection(psycopg.Connection):
     def close(self) -> None:
         super().close()
         _close_partner(self)
-
-
-def _close_if_ours(other: psycopg.Connection, owner: int) -> None:
-    if owner == os.getpid():
-        other.close()
 
 
 def partner(conn: psycopg.Connection) -> psycopg.Connection | None:

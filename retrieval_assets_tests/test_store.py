@@ -509,7 +509,7 @@ def test_a_split_exact_scan_returns_the_lists_of_one_statement(table, schema, ha
     """On a connection of ``pg.connect`` with no transaction open, the exact scan runs in two sessions (the
     partner scans the pages from half the copy's size up) and the merged lists equal one statement's, ids and
     scores, ties by chunk_id across the parts; inside a transaction, on a connection opened elsewhere, and with
-    ``SCAN_SESSIONS`` 1 it is one statement, and a row the transaction wrote but did not commit is found."""
+    ``$RETRIEVAL_SEARCH_SESSIONS`` 1 it is one statement, and a row the transaction wrote but did not commit is found."""
     texts = [f"topic{i % 7} note{i} item{i * 7 % 13}" for i in range(400)]
     texts[3] = texts[396] = texts[200] = "twin words exactly alike"  # identical vectors in both parts of the split
     store.sync(table, schema, make_chunks("s", texts), HashEmbedder())
@@ -551,7 +551,7 @@ def test_a_split_exact_scan_returns_the_lists_of_one_statement(table, schema, ha
         register_vector(other)
         assert pg.partner(other) is None
         assert hybrid.vector_search(other, schema, vector, 120, exact=exact) == expected
-    monkeypatch.setattr(pg, "SCAN_SESSIONS", 1)
+    monkeypatch.setenv(pg.ENV_SESSIONS, "1")
     assert hybrid.vector_search(table, schema, vector, 120, exact=exact) == expected
 
 

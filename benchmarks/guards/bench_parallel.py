@@ -12,7 +12,7 @@ runs them, and ``pipeline.run`` with the default pipeline (what the command line
 first stage, fusion and the BM25 rerank over the fetched pool), and the one-statement peer of
 bench_search on the same narrow copies (``PEER_EXACT``; its ratio to hybrid.search with the seed's
 parameters printed at the end), with ``max_parallel_workers_per_gather`` at each of ``--workers`` (a session setting) and the
-exact scan in one statement (``pg.SCAN_SESSIONS`` 1), and as the library runs it: split across two sessions
+exact scan in one statement (``$RETRIEVAL_SEARCH_SESSIONS`` 1), and as the library runs it: split across two sessions
 (``pg.partner``; "split", the other statements at the server's own setting, 1 on 2 cores). The settings are rotated per query so that
 load drift falls on all alike. Prints p50 / p95 per setting and the p50 ratio to the first of ``--workers``
 (default 2, Postgres's default, in one statement). Prints figures only.
@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import functools
+import os
 import time
 
 from benchmarks import common
@@ -48,7 +49,7 @@ def main(argv: list[str] | None = None) -> int:
     common.print_machine({**common.postgres_versions(conn), "schema": args.schema,
                           "shared_buffers": conn.execute("SHOW shared_buffers").fetchone()[0]})
     embedder = partitions.embedder("hash")
-    scan_sessions = pg.SCAN_SESSIONS
+    sessions = os.environ.get(pg.ENV_SESSIONS)  # put back at the end
     retriever = pipeline.retriever(conn, args.schema, embedder, DEFAULT)
     print(f"vector search of {args.schema}: {'exact scan of its ' + str(retriever.exact) + ' copy' if retriever.exact else 'HNSW'}")
     queries = Corpus(0, topics=300).queries(args.queries)
@@ -71,7 +72,7 @@ def main(argv: list[str] | None = None) -> int:
         for i, q in enumerate(queries):
             order = settings[i % len(settings):] + settings[: i % len(settings)]
             for w in order:
-                pg.SCAN_SESSIONS = 2 if w == "split" else 1
+                os.environ[pg.ENV_SESSIONS] = "2" if w == "split" else "1"  # pg.search_sessions reads it per search
                 conn.execute("SELECT set_config('max_parallel_workers_per_gather', %s, false)", (server_workers if w == "split" else str(w),))
                 for kind, fn in kinds.items():
                     start = time.perf_counter()
@@ -79,7 +80,10 @@ def main(argv: list[str] | None = None) -> int:
                     if rnd:
                         times[kind, w].append(time.perf_counter() - start)
     conn.execute("RESET max_parallel_workers_per_gather")
-    pg.SCAN_SESSIONS = scan_sessions
+    if sessions is None:
+        os.environ.pop(pg.ENV_SESSIONS)
+    else:
+        os.environ[pg.ENV_SESSIONS] = sessions
     for kind in kinds:
         base = common.pct([1000 * s for s in times[kind, args.workers[0]]], 50)
         for w in settings:
