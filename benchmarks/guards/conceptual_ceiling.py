@@ -30,7 +30,7 @@ def settings(lexical: str):
     for fusion, w, rw, idf, mmr in itertools.product(sorted(FUSION), WEIGHTS, RERANK, ("pool", "corpus"), (None, 0.7)):
         if rw == 0.0 and idf == "corpus":
             continue
-        yield RetrievalParams(lexical=lexical, fusion=fusion, weights=(w, 1 - w) if w < 1 else (1.0, 0.0),
+        yield RetrievalParams(lexical=lexical, fusion=fusion, weights=(w, 1 - w),
                               rerank=rw > 0, rerank_weight=rw or 1.0, rerank_idf=idf, mmr_lambda=mmr)
 
 
