@@ -6,10 +6,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from retrieval_assets import golden as golden_set
-from retrieval_assets import hybrid, metrics, pg, pipeline
+from psycopg import sql
+
+from retrieval_assets import hybrid, metrics, pg, pipeline, store
 from retrieval_assets.params import RetrievalParams
 from retrieval_assets.tables import statement
-from retrieval_assets.types import Hit
+from retrieval_assets.tsquery import PARSED, clean
+from retrieval_assets.types import Chunk, Hit
 
 HOSTILE = [
     '"exact phrase" -term OR x',
@@ -126,6 +129,79 @@ def test_negated_word_and_phrase_exclude_every_chunk_containing_them(indexed, sc
         tsv = conn.execute(statement(schema, "SELECT tsv @@ phraseto_tsquery('english', 'rank fusion') FROM {chunks} WHERE chunk_id = %s"),
                            (h.chunk_id,)).fetchone()[0]
         assert not tsv
+
+
+def ts_rank_cd_list(conn, schema, query, n):
+    """The ts_rank_cd list computed by Postgres's ts_rank_cd on every matching chunk row (the reference)."""
+    return conn.execute(statement(
+        schema, f"""WITH {PARSED}, p AS (SELECT pos::tsquery AS q, neg::tsquery AS nq FROM parsed WHERE pos IS NOT NULL)
+                    SELECT chunk_id, ts_rank_cd(tsv, p.q, 32) AS s FROM p, {{chunks}}
+                    WHERE tsv @@ p.q AND (p.nq IS NULL OR NOT tsv @@ p.nq) ORDER BY s DESC, chunk_id LIMIT %(n)s"""),
+        {"query": clean(query), "n": n}).fetchall()
+
+
+def plain(conn, query):
+    """Whether text_search scores ``query`` from the postings (no phrase, negation, weight or prefix)."""
+    return conn.execute(f"WITH {PARSED} SELECT neg IS NULL AND pos !~ '[<!]' AND pos !~ ''':' FROM parsed",
+                        {"query": clean(query)}).fetchone()[0]
+
+
+def test_text_search_gives_ts_rank_cd_exactly_for_plain_words_and_phrases(indexed, schema, golden):
+    """Plain words are scored from the postings, phrases and negations by ts_rank_cd; both give Postgres's
+    ts_rank_cd list (ids, order and float4 scores), ties by chunk_id, at every n."""
+    conn, _, _ = indexed
+    queries = [q.query for q in golden] + HOSTILE + ["rank fusion -reciprocal", 'ranking -"rank fusion"', "rank rank RANKING ranked"]
+    assert {plain(conn, q) for q in queries} == {True, False, None}  # None: no positive word
+    for query in queries:
+        for n in (1, 3, 10, 50, 200):
+            expected = ts_rank_cd_list(conn, schema, query, n)
+            assert [(h.chunk_id, h.score, h.rank) for h in hybrid.text_search(conn, schema, query, n)] == [
+                (cid, s, i) for i, (cid, s) in enumerate(expected, 1)], (query, n)
+
+
+def test_plain_words_are_scored_without_reading_a_tsv(indexed, schema):
+    """With the narrow tsv copy emptied (inside a transaction, rolled back) a plain query still finds its
+    chunks, from the postings; a phrase or a negation needs the tsv and finds nothing."""
+    conn, _, _ = indexed
+    before = hybrid.text_search(conn, schema, "reciprocal rank fusion", 20)
+    assert before and plain(conn, "reciprocal rank fusion") and not plain(conn, '"rank fusion"')
+    with conn.transaction(force_rollback=True):
+        conn.execute(statement(schema, "DELETE FROM {fulltext}"))
+        assert hybrid.text_search(conn, schema, "reciprocal rank fusion", 20) == before
+        assert hybrid.text_search(conn, schema, '"rank fusion"', 20) == []
+        assert hybrid.text_search(conn, schema, "rank -reciprocal", 20) == []
+
+
+def test_postings_scores_match_ts_rank_cd_where_a_tsvector_caps_positions(indexed, pg_dsn, schema):
+    """A word past a tsvector's 255 positions per lexeme, a chunk past its 16,383rd position (later words
+    share that position), hyphenated words and repeated query words: the postings' scores are still
+    ts_rank_cd's, and the float4 formula agrees with Postgres for every count up to 3,000 covers."""
+    _, embedder, _ = indexed
+    name = schema + "_caps"
+    texts = ["ranking " * 300 + "fusion",
+             " ".join(f"w{i % 5000} ranking" for i in range(9000)) + " fusion tail-end",
+             "cross-encoder re-ranking of a ranked list, ranking again",
+             "fusion fusion fusion"]
+    chunks = [Chunk(f"caps#{i}", "caps", "", 0, len(t), t) for i, t in enumerate(texts)]
+    with pg.connect(pg_dsn) as conn:
+        try:
+            store.create(conn, name, embedder.dims)
+            store.sync(conn, name, chunks, embedder)
+            for query in ("ranking", "fusion ranking", "ranking ranking fusion", "tail end w17 w4999", "rank cross encoder",
+                          "cross-encoder ranking", "fusion -tail"):
+                expected = ts_rank_cd_list(conn, name, query, 10)
+                assert expected, query
+                assert [(h.chunk_id, h.score) for h in hybrid.text_search(conn, name, query, 10)] == expected, query
+            # W / (W + 1) as float4 from count x 0.1, against ts_rank_cd of a tsvector with that many positions
+            mismatched = conn.execute("""
+                SELECT count(*) FROM generate_series(1, 3000) AS c,
+                     LATERAL (SELECT string_agg('w' || (i / 250) || ':' || (i % 250 + 1), ' ')::tsvector AS tsv,
+                                     string_agg(DISTINCT 'w' || (i / 250), ' | ')::tsquery AS q
+                              FROM generate_series(0, c - 1) AS i) d
+                WHERE ts_rank_cd(d.tsv, d.q, 32) <> (c * 0.1::float4::float8 / (c * 0.1::float4::float8 + 1))::float4""").fetchone()[0]
+            assert mismatched == 0
+        finally:
+            conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(name)))
 
 
 def test_query_with_only_negations_returns_nothing(indexed, schema):
