@@ -359,7 +359,8 @@ def markdown(results: list[dict], info: dict) -> str:
         "per statement over the Unix socket. "
         + ("The queries are 2-4 content words about one topic (each word from it with probability 0.7). "
            if big.get("topics") else "The queries are 2-4 content words drawn with the corpus' own Zipf weights. ")
-        + "ts_rank_cd full-text search ORs the words and ranks every matching row (see \"rows matching\"); BM25 "
+        + "ts_rank_cd full-text search ORs the words and scores every matching row (see \"rows matching\"; plain "
+        "words from the BM25 postings' term frequencies, phrases and negations by ts_rank_cd itself); BM25 "
         "prunes with max-score bounds and reads the long postings of frequent words only when it must. Recall counts "
         "a returned chunk as a hit when its distance is within the exact 10th distance (identical chunk texts, e.g. a "
         "lone `## Heading`, have identical vectors); by-id recall and everything else is in the JSON file.",
