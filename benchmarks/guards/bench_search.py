@@ -21,6 +21,7 @@ ours ORs them, so ours reads more text matches). Timed pairwise: each query runs
 peer back to back (the order alternating), so load drift hits both alike; first_stage and the
 peer get the query vector precomputed, hybrid.search and "peer + embed" embed it themselves.
 The ratio ours/peer is given for p50, p95 and the median of the per-query ratios (target: <= 0.8).
+Each peer's share of ``hybrid.search``'s top 10 says which one fuses the same lists (the issue's peer: 94%).
 A second peer, ``PEER_OR``, ORs the words as ours does, so that it ranks the same text matches;
 the peers read the chunk rows with the seed's GIN index on chunks.tsv (created here for them), while
 ours read the narrow ``fulltext`` copy; ``PEER_OR_NARROW`` is the OR peer reading that copy too.
@@ -222,6 +223,12 @@ def main(argv: list[str] | None = None) -> int:
     # ours against the one-statement peer, pairwise
     vectors = {q: embedder.embed([q])[0] for q in queries}
     print(f"\nours vs peer, pairwise; load now {common.load_average()}")
+    # which peer fuses the same lists: the share of hybrid.search's top k it returns (the issue measured 94%)
+    ours_top = {q: {r.chunk_id for r in hybrid.search(conn, schema, embedder, q, PARAMS)} for q in queries}
+    for template, label in ((PEER, "peer (words ANDed)"), (PEER_OR, "peer, words ORed")):
+        shared = [len(ours_top[q] & {row[0] for row in peer(conn, schema, vectors[q], q, template=template)}) / PARAMS.k
+                  for q in queries]
+        print(f"top {PARAMS.k} in common with hybrid.search, mean over the queries: {label} {sum(shared) / len(shared):.3f}")
     for template, label in ((PEER, "peer (one SQL statement, RRF in SQL)"), (PEER_OR, "peer, words ORed (our matches)"),
                             (PEER_OR_NARROW, "peer ORed, on our fulltext copy")):
         compare(f"hybrid.first_stage ({PARAMS.lexical}) + fuse, top {PARAMS.k}", *pairwise(
