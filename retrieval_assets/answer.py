@@ -82,12 +82,22 @@ def assemble(query: str, chunks: Sequence[Chunk], *, scores: Sequence[float] | N
 
 _FENCE = re.compile(r"^\s*(`{3,}|~{3,})")
 _HEADING = re.compile(r"^\s{0,3}#{1,6}\s")
-_BULLET = re.compile(r"^\s*(?:[-*+>]|\d+[.)])\s+")
+_ITEM = re.compile(r"^\s*(?:[-*+]|\d+[.)])\s+")
+_QUOTE = re.compile(r"^\s*>\s?")
 
 
-def _candidate_sentences(text: str) -> list[str]:
-    """Prose sentences of a chunk: no code fences, headings, table rows or marker-like text."""
-    out, fence = [], None
+def _prose_blocks(text: str) -> list[str]:
+    """Paragraphs and list items of a chunk, their wrapped lines joined by a space; code fences,
+    headings and table rows left out (each ends the block before it, as a blank line does)."""
+    blocks: list[str] = []
+    lines: list[str] = []
+    fence = None
+
+    def end_block() -> None:
+        if lines:
+            blocks.append(" ".join(lines))
+            lines.clear()
+
     for line in text.splitlines():
         opening = _FENCE.match(line)
         if fence is not None:
@@ -95,14 +105,26 @@ def _candidate_sentences(text: str) -> list[str]:
                 fence = None
             continue
         if opening:
+            end_block()
             fence = opening.group(1)
             continue
-        if _HEADING.match(line) or line.lstrip().startswith("|"):
+        line = _QUOTE.sub("", line)
+        if not line.strip() or _HEADING.match(line) or line.lstrip().startswith("|"):
+            end_block()
             continue
-        for sentence in line_sentences(_BULLET.sub("", line)):
-            if len(sentence.split()) >= 5 and not sentence.endswith(":") and not MARKER.search(sentence) and not is_refusal(sentence):
-                out.append(sentence)
-    return out
+        if _ITEM.match(line):
+            end_block()
+            line = _ITEM.sub("", line)
+        lines.append(line.strip())
+    end_block()
+    return blocks
+
+
+def _candidate_sentences(text: str) -> list[str]:
+    """Prose sentences of a chunk (a sentence wrapped over lines is one): no code fences, headings,
+    table rows or marker-like text."""
+    return [sentence for block in _prose_blocks(text) for sentence in line_sentences(block)
+            if len(sentence.split()) >= 5 and not sentence.endswith(":") and not MARKER.search(sentence) and not is_refusal(sentence)]
 
 
 def extractive_answer(
