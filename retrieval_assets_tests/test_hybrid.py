@@ -279,6 +279,21 @@ def test_search_never_raises_on_random_text(indexed, schema, query):
     assert len(results) <= 10
 
 
+
+WORDS = ["rank", "fusion", "reciprocal", "ranking", "BM25", "cross-encoder", "re-rank", "the", "vector", "o'clock",
+         "ef_search", "k=60", "RET-658", "zzzunknown", "поиск", "融合"]
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(words=st.lists(st.sampled_from(WORDS) | st.text(alphabet="ab-'\":* !|&()<>", max_size=6), max_size=8),
+       n=st.sampled_from([1, 5, 50]))
+def test_text_search_equals_ts_rank_cd_on_random_queries(indexed, schema, words, n):
+    """Whichever branch a query takes (plain words from the postings, or ts_rank_cd), the list is ts_rank_cd's."""
+    conn, _, _ = indexed
+    query = " ".join(words)
+    expected = ts_rank_cd_list(conn, schema, query, n)
+    assert [(h.chunk_id, h.score) for h in hybrid.text_search(conn, schema, query, n)] == expected, query
+
 @pytest.mark.parametrize("lexical", ["ts_rank_cd", "bm25"])
 def test_first_stage_runs_the_graph_search_on_the_partner_beside_the_text_list(indexed, schema, golden, lexical, monkeypatch):
     """With no transaction open, ``first_stage`` sends the whole HNSW search to ``pg.partner`` (its ef_search
