@@ -3,7 +3,7 @@
 Contract: ``parse_query`` never raises on user text; it returns the positive terms ORed and the
 negated terms ORed, as tsquery text (None when there are none), from ``websearch_to_tsquery``.
 ``lexemes`` lists the distinct lexemes of a tsquery text (phrases count as their words).
-``PARSED`` and ``LEXEMES`` are the same two steps in SQL, for a search statement that parses its
+``PARSED`` and ``LEXEMES`` (``lexemes_of``) are the same two steps in SQL, for a search statement that parses its
 own query (``%(query)s``, passed through ``clean``) instead of paying a round trip for it.
 """
 
@@ -83,9 +83,14 @@ PARSED = """parsed AS MATERIALIZED (
           WHERE NOT sep GROUP BY part) AS terms
     WHERE term <> '')"""
 
-# lexemes(parsed.pos) as rows ``term``: what _LEXEME finds, doubled quotes undone
-LEXEMES = """SELECT DISTINCT replace(m[1], '''''', '''') AS term
-    FROM parsed, regexp_matches(parsed.pos, '''((?:[^'']|'''')*)''', 'g') AS m"""
+
+def lexemes_of(source: str, column: str) -> str:
+    """SQL for the rows ``term``, lexemes(``column``) of the CTE ``source``: what _LEXEME finds, doubled quotes undone."""
+    return (f"SELECT DISTINCT replace(m[1], '''''', '''') AS term "
+            f"FROM {source}, regexp_matches({column}, '''((?:[^'']|'''')*)''', 'g') AS m")
+
+
+LEXEMES = lexemes_of("parsed", "parsed.pos")  # the positive terms' lexemes, after PARSED
 
 
 def lexemes(tsquery: str) -> list[str]:
