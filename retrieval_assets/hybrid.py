@@ -195,30 +195,52 @@ def vector_search(conn: psycopg.Connection, schema: str, vector: np.ndarray, n: 
 # (store.create), whose rows hold only the tsv: at 100k chunks p50 / p95 10-11 / 71-84 ms against
 # 22-25 / 220-244 ms reading the chunk rows (a bitmap heap scan of every matching row).
 # A query of plain words (no phrase, negation, weight or prefix in its websearch_to_tsquery: ``plain``) is
-# scored from the BM25 postings instead, without reading a tsv, its lexemes read off that tsquery (the
-# split into ORed terms, ``PARSED``, runs for the other branch only: the statement 0.86x the time, the first
-# stage, where the graph search beside it is as long, 0.99x at p50 and 0.88x at p95). The store's tsv carries no weights, so every position weighs
-# 0.1 (D); with the words ORed each matched position is a cover of its own (one lexeme satisfies the
-# query), so ts_rank_cd(tsv, q, 32) = W / (W + 1) with W = 0.1 x the chunk's positions of the query's
-# lexemes = 0.1 x the sum of their tf. Postgres adds the weight cover by cover in double precision,
-# which rounds to the same float4 as ``tf * 0.1::float4::float8`` for every count up to 70,000 (a
-# count is at most the tsv's positions); test_hybrid checks both against ts_rank_cd itself. Fixture
-# p50 0.61 against 1.20 ms, 100k chunks 3.0 against 4.4 ms (a session script, 2026-12-04).
+# scored from the BM25 postings instead, without reading a tsv, its lexemes read off that tsquery. The
+# store's tsv carries no weights, so every position weighs 0.1 (D); with the words ORed each matched
+# position is a cover of its own (one lexeme satisfies the query), so ts_rank_cd(tsv, q, 32) = W / (W + 1)
+# with W = 0.1 x the chunk's positions of the query's lexemes = 0.1 x the sum of their tf. Postgres adds
+# the weight cover by cover in double precision, which rounds to the same float4 as
+# ``tf * 0.1::float4::float8`` for every count up to 70,000 (a count is at most the tsv's positions).
+# Fixture p50 0.61 against 1.20 ms, 100k chunks 3.0 against 4.4 ms (a session script, 2026-12-04).
+# Other queries (phrases, from hyphenated words too, and negations) are bounded by the same postings:
+# each cover adds at most 0.1 and begins at a distinct position of a lexeme that can begin one (a plain
+# term, or a phrase's first word: PARSED's ``starts``), so W <= 0.1 x ``c``, those lexemes' tf summed.
+# ts_rank_cd itself runs on the chunks of the n highest ``c`` only (``cand``); when the n-th exact score
+# beats every other chunk's bound (``settled``), that is the list, else every matching chunk is ranked.
+# Worth it where matches outnumber n by ``_SPREAD``: Cranfield's phrase queries 0.21x p50 and 0.14x p95,
+# the fixture's 1.14x p50 and 0.71x p95 (identical lists at n 1 to 100; a session script, 2026-12-04).
+# test_hybrid checks every branch against ts_rank_cd itself.
+_SPREAD = 4
 _TEXT = f"""WITH w AS MATERIALIZED (SELECT websearch_to_tsquery('english', %(query)s)::text AS t),
-         plain AS MATERIALIZED (SELECT t !~ '[<!]' AND t !~ ''':' AS plain FROM w),
+         kind AS MATERIALIZED (SELECT t !~ '[<!]' AND t !~ ''':' AS plain, t !~ ''':' AS bounded FROM w),
          {PARSED},
-         p AS MATERIALIZED (SELECT pos::tsquery AS q, neg::tsquery AS nq FROM parsed WHERE pos IS NOT NULL)
+         p AS MATERIALIZED (SELECT pos::tsquery AS q, neg::tsquery AS nq FROM parsed WHERE pos IS NOT NULL),
+         c AS MATERIALIZED (SELECT x.cid, sum(x.tf) AS tf
+                            FROM ({lexemes_of("parsed", "parsed.starts")}) s JOIN {{postings}} po ON po.term = s.term,
+                                 unnest(po.cids, po.tfs) AS x(cid, tf) GROUP BY x.cid),
+         cut AS MATERIALIZED (SELECT min(tf) AS m FROM (SELECT tf FROM c ORDER BY tf DESC LIMIT %(n)s) top),
+         cand AS MATERIALIZED (SELECT cl.chunk_id, ts_rank_cd(f.tsv, p.q, 32) AS score
+                               FROM c, cut, p, {{chunk_lengths}} cl, {{fulltext}} f
+                               WHERE c.tf >= cut.m AND cl.cid = c.cid AND f.chunk_id = cl.chunk_id
+                                 AND f.tsv @@ p.q AND (p.nq IS NULL OR NOT f.tsv @@ p.nq)
+                               ORDER BY score DESC, cl.chunk_id LIMIT %(n)s),
+         settled AS MATERIALIZED (
+             SELECT (SELECT bounded FROM kind) AND (SELECT count(*) FROM c) > %(spread)s * %(n)s
+                    AND (e.mx IS NULL OR ((SELECT count(*) FROM cand) = %(n)s
+                                          AND (SELECT min(score) FROM cand) >= 0.1 * e.mx / (0.1 * e.mx + 1) + 1e-6)) AS ok
+             FROM (SELECT max(c.tf) AS mx FROM c, cut WHERE c.tf < cut.m) e)
     (SELECT cl.chunk_id, (c.tf * 0.1::float4::float8 / (c.tf * 0.1::float4::float8 + 1))::float4 AS score
      FROM (SELECT x.cid, sum(x.tf) AS tf
-           FROM ({lexemes_of("w", "w.t")}) t
-           JOIN {{postings}} po ON po.term = t.term, unnest(po.cids, po.tfs) AS x(cid, tf)
-           WHERE (SELECT plain FROM plain) GROUP BY x.cid) c
+           FROM ({lexemes_of("w", "w.t")}) t JOIN {{postings}} po ON po.term = t.term, unnest(po.cids, po.tfs) AS x(cid, tf)
+           WHERE (SELECT plain FROM kind) GROUP BY x.cid) c
      JOIN {{chunk_lengths}} cl ON cl.cid = c.cid
      ORDER BY score DESC, cl.chunk_id LIMIT %(n)s)
     UNION ALL
+    (SELECT chunk_id, score FROM cand WHERE NOT (SELECT plain FROM kind) AND (SELECT ok FROM settled))
+    UNION ALL
     (SELECT chunk_id, ts_rank_cd(tsv, p.q, 32) AS score
      FROM p, {{fulltext}}
-     WHERE NOT (SELECT plain FROM plain) AND tsv @@ p.q AND (p.nq IS NULL OR NOT tsv @@ p.nq)
+     WHERE NOT (SELECT plain FROM kind) AND NOT (SELECT ok FROM settled) AND tsv @@ p.q AND (p.nq IS NULL OR NOT tsv @@ p.nq)
      ORDER BY score DESC, chunk_id
      LIMIT %(n)s)"""
 
@@ -227,7 +249,7 @@ def _send_text(conn: psycopg.Connection, schema: str, query: str, n: int) -> Cal
     """Execute ``text_search``'s one statement; the function that reads its hits."""
     if n < 1:
         return list
-    cursor = conn.execute(statement(schema, _TEXT), {"query": clean(query), "n": n})
+    cursor = conn.execute(statement(schema, _TEXT), {"query": clean(query), "n": n, "spread": _SPREAD})
     return lambda: as_hits(cursor.fetchall())
 
 

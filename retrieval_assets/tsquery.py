@@ -64,14 +64,17 @@ def parse_query(conn: psycopg.Connection, query: str) -> tuple[str | None, str |
     return join(positive), join(negative)
 
 
-# parse_query as a CTE ``parsed(pos, neg)`` (one row; NULLs when there are no such terms), for
-# ``WITH`` in a statement holding %(query)s. The tsquery text is cut into tokens that put it back
+# parse_query as a CTE ``parsed(pos, neg, starts)`` (one row; NULLs when there are no such terms), for
+# ``WITH`` in a statement holding %(query)s; ``starts`` holds the quoted lexemes that can begin a match of a
+# positive term (a lexeme, or a phrase's first one; every lexeme of any other term), for hybrid's bound. The tsquery text is cut into tokens that put it back
 # together: a quoted lexeme (doubled quotes inside), a parenthesis, & or |, or a run of anything
 # else; a token's depth is the running count of parentheses (none inside a lexeme token), and the
 # & and | at depth 0 separate the terms, as in _split_top_level.
 PARSED = """parsed AS MATERIALIZED (
     SELECT string_agg('( ' || term || ' )', ' | ' ORDER BY part) FILTER (WHERE left(term, 1) <> '!') AS pos,
-           string_agg('( ' || btrim(substr(term, 2)) || ' )', ' | ' ORDER BY part) FILTER (WHERE left(term, 1) = '!') AS neg
+           string_agg('( ' || btrim(substr(term, 2)) || ' )', ' | ' ORDER BY part) FILTER (WHERE left(term, 1) = '!') AS neg,
+           string_agg(CASE WHEN regexp_replace(term, '''(?:[^'']|'''')*''', '', 'g') ~ '^[<>0-9 -]*$'
+                           THEN substring(term from '^''(?:[^'']|'''')*''') ELSE term END, ' ') FILTER (WHERE left(term, 1) <> '!') AS starts
     FROM (SELECT part, btrim(string_agg(token, '' ORDER BY i)) AS term
           FROM (SELECT token, i, sep, count(*) FILTER (WHERE sep) OVER (ORDER BY i) AS part
                 FROM (SELECT m[1] AS token, i, m[1] IN ('&', '|') AND sum(CASE m[1] WHEN '(' THEN 1 WHEN ')' THEN -1 ELSE 0 END)

@@ -172,6 +172,26 @@ def test_plain_words_are_scored_without_reading_a_tsv(indexed, schema):
         assert hybrid.text_search(conn, schema, "rank -reciprocal", 20) == []
 
 
+
+def test_phrase_queries_rank_only_the_chunks_their_postings_bound_high(indexed, schema):
+    """A phrase query (a hyphenated word) at a small n ranks only the chunks whose postings could score
+    highest: a chunk whose tsv copy is made to match (inside a transaction, rolled back) while its postings
+    hold none of the query's words is not read. At an n near the number of matches every matching chunk is
+    ranked, and it comes first (it ties the best and sorts first)."""
+    conn, _, _ = indexed
+    query = "cross-encoder reranking"
+    assert not plain(conn, query)
+    best = hybrid.text_search(conn, schema, query, 3)
+    assert best
+    stranger = conn.execute(statement(schema, """SELECT chunk_id FROM {fulltext}
+        WHERE NOT tsv @@ to_tsquery('english', 'cross | encod | rerank | cross-encod') ORDER BY chunk_id LIMIT 1""")).fetchone()[0]
+    assert stranger < best[0].chunk_id
+    with conn.transaction(force_rollback=True):
+        conn.execute(statement(schema, "UPDATE {fulltext} SET tsv = (SELECT tsv FROM {fulltext} WHERE chunk_id = %s) WHERE chunk_id = %s"),
+                     (best[0].chunk_id, stranger))
+        assert hybrid.text_search(conn, schema, query, 3) == best
+        assert hybrid.text_search(conn, schema, query, 400)[0].chunk_id == stranger
+
 def test_postings_scores_match_ts_rank_cd_where_a_tsvector_caps_positions(indexed, pg_dsn, schema):
     """A word past a tsvector's 255 positions per lexeme, a chunk past its 16,383rd position (later words
     share that position), hyphenated words and repeated query words: the postings' scores are still
