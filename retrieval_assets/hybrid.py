@@ -85,9 +85,9 @@ def _exact_query(vector: np.ndarray, exact: bool | str):
 
 
 # the lexical lists a graph search runs beside, on the partner: ts_rank_cd's one statement is most of the first
-# stage (first_stage 0.89x one session's time on the fixture, benchmarks/guards/bench_search.py; 0.86x since plain
-# words are scored from the postings, 0.99x in a run on a busier machine); BM25's first trip is a short read of
-# term statistics that the graph search rides along with (1.06x beside it, same script)
+# stage (first_stage 0.89x one session's time on the fixture, benchmarks/guards/bench_search.py; since the list is
+# summed or bounded from the postings 0.86 to 1.04x there, 0.74x on Cranfield with MiniLM, benchmarks/RESULTS.md);
+# BM25's first trip is a short read of term statistics that the graph search rides along with (1.06x beside it)
 _BESIDE = frozenset({"ts_rank_cd"})
 
 
