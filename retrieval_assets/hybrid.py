@@ -257,7 +257,8 @@ def text_search(conn: psycopg.Connection, schema: str, query: str, n: int = DEFA
     """Top ``n`` chunks matching any positive term and no negated term, by ts_rank_cd(tsv, q, 32).
 
     The terms are ``tsquery.parse_query``'s, parsed inside the search statement (one round trip);
-    plain words are scored from the BM25 postings (the same float4 values, ``_TEXT``)."""
+    plain words are scored from the BM25 postings, and phrases and negations ranked among the chunks
+    those bound highest when that settles the list (the same float4 values, ``_TEXT``)."""
     return _send_text(conn, schema, query, n)()
 
 

@@ -3,8 +3,8 @@
 Contract: ``parse_query`` never raises on user text; it returns the positive terms ORed and the
 negated terms ORed, as tsquery text (None when there are none), from ``websearch_to_tsquery``.
 ``lexemes`` lists the distinct lexemes of a tsquery text (phrases count as their words).
-``PARSED`` and ``LEXEMES`` (``lexemes_of``) are the same two steps in SQL, for a search statement that parses its
-own query (``%(query)s``, passed through ``clean``) instead of paying a round trip for it.
+``PARSED`` and ``LEXEMES`` (``lexemes_of``) are the same two steps in SQL, for a search statement that
+parses its own query (``%(query)s``, passed through ``clean``) instead of paying a round trip for it.
 """
 
 from __future__ import annotations
@@ -65,9 +65,9 @@ def parse_query(conn: psycopg.Connection, query: str) -> tuple[str | None, str |
 
 
 # parse_query as a CTE ``parsed(pos, neg, starts)`` (one row; NULLs when there are no such terms), for
-# ``WITH`` in a statement holding %(query)s; ``starts`` holds the quoted lexemes that can begin a match of a
-# positive term (a lexeme, or a phrase's first one; every lexeme of any other term), for hybrid's bound. The tsquery text is cut into tokens that put it back
-# together: a quoted lexeme (doubled quotes inside), a parenthesis, & or |, or a run of anything
+# ``WITH`` in a statement holding %(query)s; ``starts`` holds the quoted lexemes that can begin a match of
+# a positive term (a lexeme, or a phrase's first one; every lexeme of any other term), for hybrid's bound.
+# The tsquery text is cut into tokens that put it back together: a quoted lexeme (doubled quotes inside), a parenthesis, & or |, or a run of anything
 # else; a token's depth is the running count of parentheses (none inside a lexeme token), and the
 # & and | at depth 0 separate the terms, as in _split_top_level.
 PARSED = """parsed AS MATERIALIZED (
