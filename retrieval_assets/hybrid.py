@@ -207,12 +207,13 @@ def vector_search(conn: psycopg.Connection, schema: str, vector: np.ndarray, n: 
 # term, or a phrase's first word: PARSED's ``starts``), so W <= 0.1 x ``c``, those lexemes' tf summed.
 # ts_rank_cd itself runs on the chunks of the n highest ``c`` only (``cand``); when the n-th exact score
 # beats every other chunk's bound (``settled``), that is the list, else every matching chunk is ranked.
-# Worth it where matches outnumber n by ``_SPREAD``: Cranfield's phrase queries 0.21x p50 and 0.14x p95,
-# the fixture's 1.14x p50 and 0.71x p95 (identical lists at n 1 to 100; a session script, 2026-12-04).
+# Worth it where matches outnumber n by ``_SPREAD``: Cranfield's phrase queries 0.31x p50 and 0.20x p95 at
+# n = 100 (benchmarks/guards/bench_text.py), the fixture's 1.14x p50 and 0.71x p95 at n = 50 (a session script).
 # test_hybrid checks every branch against ts_rank_cd itself.
 _SPREAD = 4
+_PLAIN = "t !~ '[<!]' AND t !~ ''':'"  # of a query's websearch_to_tsquery text t: no phrase, negation, weight or prefix
 _TEXT = f"""WITH w AS MATERIALIZED (SELECT websearch_to_tsquery('english', %(query)s)::text AS t),
-         kind AS MATERIALIZED (SELECT t !~ '[<!]' AND t !~ ''':' AS plain, t !~ ''':' AS bounded FROM w),
+         kind AS MATERIALIZED (SELECT {_PLAIN} AS plain, t !~ ''':' AS bounded FROM w),
          {PARSED},
          p AS MATERIALIZED (SELECT pos::tsquery AS q, neg::tsquery AS nq FROM parsed WHERE pos IS NOT NULL),
          c AS MATERIALIZED (SELECT x.cid, sum(x.tf) AS tf
@@ -251,6 +252,11 @@ def _send_text(conn: psycopg.Connection, schema: str, query: str, n: int) -> Cal
         return list
     cursor = conn.execute(statement(schema, _TEXT), {"query": clean(query), "n": n, "spread": _SPREAD})
     return lambda: as_hits(cursor.fetchall())
+
+
+def plain_words(conn: psycopg.Connection, query: str) -> bool:
+    """Whether ``text_search`` scores ``query`` from the postings alone (plain words: no phrase or negation)."""
+    return conn.execute(f"SELECT {_PLAIN} FROM CAST(websearch_to_tsquery('english', %s) AS text) AS t", (clean(query),)).fetchone()[0]
 
 
 def text_search(conn: psycopg.Connection, schema: str, query: str, n: int = DEFAULT.n) -> list[Hit]:

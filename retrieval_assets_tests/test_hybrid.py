@@ -140,18 +140,12 @@ def ts_rank_cd_list(conn, schema, query, n):
         {"query": clean(query), "n": n}).fetchall()
 
 
-def plain(conn, query):
-    """Whether text_search scores ``query`` from the postings (no phrase, negation, weight or prefix)."""
-    return conn.execute("SELECT t !~ '[<!]' AND t !~ ''':' FROM CAST(websearch_to_tsquery('english', %s) AS text) AS t",
-                        (clean(query),)).fetchone()[0]
-
-
 def test_text_search_gives_ts_rank_cd_exactly_for_plain_words_and_phrases(indexed, schema, golden):
     """Plain words are scored from the postings, phrases and negations by ts_rank_cd; both give Postgres's
     ts_rank_cd list (ids, order and float4 scores), ties by chunk_id, at every n."""
     conn, _, _ = indexed
     queries = [q.query for q in golden] + HOSTILE + ["rank fusion -reciprocal", 'ranking -"rank fusion"', "rank rank RANKING ranked"]
-    assert {plain(conn, q) for q in queries} == {True, False}
+    assert {hybrid.plain_words(conn, q) for q in queries} == {True, False}
     for query in queries:
         for n in (1, 3, 10, 50, 200):
             expected = ts_rank_cd_list(conn, schema, query, n)
@@ -164,7 +158,7 @@ def test_plain_words_are_scored_without_reading_a_tsv(indexed, schema):
     chunks, from the postings; a phrase or a negation needs the tsv and finds nothing."""
     conn, _, _ = indexed
     before = hybrid.text_search(conn, schema, "reciprocal rank fusion", 20)
-    assert before and plain(conn, "reciprocal rank fusion") and not plain(conn, '"rank fusion"')
+    assert before and hybrid.plain_words(conn, "reciprocal rank fusion") and not hybrid.plain_words(conn, '"rank fusion"')
     with conn.transaction(force_rollback=True):
         conn.execute(statement(schema, "DELETE FROM {fulltext}"))
         assert hybrid.text_search(conn, schema, "reciprocal rank fusion", 20) == before
@@ -180,7 +174,7 @@ def test_phrase_queries_rank_only_the_chunks_their_postings_bound_high(indexed, 
     ranked, and it comes first (it ties the best and sorts first)."""
     conn, _, _ = indexed
     query = "cross-encoder reranking"
-    assert not plain(conn, query)
+    assert not hybrid.plain_words(conn, query)
     best = hybrid.text_search(conn, schema, query, 3)
     assert best
     stranger = conn.execute(statement(schema, """SELECT chunk_id FROM {fulltext}
