@@ -354,7 +354,6 @@ def test_extractive_skips_code_headings_tables_and_marker_text():
     assert result.text == "Seals are checked against the ledger every morning. [1]"
 
 
-
 def test_extractive_quotes_a_sentence_wrapped_over_lines_whole():
     """Markdown wraps paragraphs, list items and quotes over lines: a sentence is the whole of it, not a line's fragment."""
     text = ("# Refractors\nA refractor bends light with an objective lens. The sixteen-inch refractor at the old\n"
@@ -367,6 +366,7 @@ def test_extractive_quotes_a_sentence_wrapped_over_lines_whole():
         "A quoted note: the violet halo of the sixteen-inch refractor fades with a yellow filter. [1]",
         "The sixteen-inch refractor at the old observatory suffers from chromatic aberration, leaving a violet halo around bright stars. [1]"]
     assert result.faithfulness == Faithfulness((1,), 0, False)
+
 
 # --- stage 09: live answers and their offline twin ------------------------------------------------------
 

@@ -4,10 +4,9 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-
-from retrieval_assets import golden as golden_set
 from psycopg import sql
 
+from retrieval_assets import golden as golden_set
 from retrieval_assets import hybrid, metrics, pg, pipeline, store
 from retrieval_assets.params import RetrievalParams
 from retrieval_assets.tables import statement
@@ -166,7 +165,6 @@ def test_plain_words_are_scored_without_reading_a_tsv(indexed, schema):
         assert hybrid.text_search(conn, schema, "rank -reciprocal", 20) == []
 
 
-
 def test_phrase_queries_rank_only_the_chunks_their_postings_bound_high(indexed, schema):
     """A phrase query (a hyphenated word) at a small n ranks only the chunks whose postings could score
     highest: a chunk whose tsv copy is made to match (inside a transaction, rolled back) while its postings
@@ -185,6 +183,7 @@ def test_phrase_queries_rank_only_the_chunks_their_postings_bound_high(indexed, 
                      (best[0].chunk_id, stranger))
         assert hybrid.text_search(conn, schema, query, 3) == best
         assert hybrid.text_search(conn, schema, query, 400)[0].chunk_id == stranger
+
 
 def test_postings_scores_match_ts_rank_cd_where_a_tsvector_caps_positions(indexed, pg_dsn, schema):
     """A word past a tsvector's 255 positions per lexeme, a chunk past its 16,383rd position (later words
