@@ -52,7 +52,9 @@ def _split_top_level(tsquery: str) -> list[str]:
 
 
 def parse_query(conn: psycopg.Connection, query: str) -> tuple[str | None, str | None]:
-    """(positive terms ORed, negated terms ORed) as tsquery text, from websearch_to_tsquery."""
+    """(positive terms ORed, negated terms ORed) as tsquery text, from websearch_to_tsquery; a term
+    repeated in the query is kept once (ts_rank_cd merges a repeated operand's positions, so its score is
+    the same, and its work grows with every operand)."""
     text = conn.execute("SELECT websearch_to_tsquery('english', %s)::text", (clean(query),)).fetchone()[0]
     positive, negative = [], []
     for term in _split_top_level(text):
@@ -60,7 +62,7 @@ def parse_query(conn: psycopg.Connection, query: str) -> tuple[str | None, str |
             negative.append(term[1:].strip())
         else:
             positive.append(term)
-    join = lambda terms: " | ".join(f"( {t} )" for t in terms) or None  # noqa: E731
+    join = lambda terms: " | ".join(f"( {t} )" for t in dict.fromkeys(terms)) or None  # noqa: E731
     return join(positive), join(negative)
 
 
@@ -69,13 +71,13 @@ def parse_query(conn: psycopg.Connection, query: str) -> tuple[str | None, str |
 # a positive term (a lexeme, or a phrase's first one; every lexeme of any other term), for hybrid's bound.
 # The tsquery text is cut into tokens that put it back together: a quoted lexeme (doubled quotes inside), a parenthesis, & or |, or a run of anything
 # else; a token's depth is the running count of parentheses (none inside a lexeme token), and the
-# & and | at depth 0 separate the terms, as in _split_top_level.
+# & and | at depth 0 separate the terms, as in _split_top_level; a repeated term is kept once, first place.
 PARSED = """parsed AS MATERIALIZED (
     SELECT string_agg('( ' || term || ' )', ' | ' ORDER BY part) FILTER (WHERE left(term, 1) <> '!') AS pos,
            string_agg('( ' || btrim(substr(term, 2)) || ' )', ' | ' ORDER BY part) FILTER (WHERE left(term, 1) = '!') AS neg,
            string_agg(CASE WHEN regexp_replace(term, '''(?:[^'']|'''')*''', '', 'g') ~ '^[<>0-9 -]*$'
                            THEN substring(term from '^''(?:[^'']|'''')*''') ELSE term END, ' ') FILTER (WHERE left(term, 1) <> '!') AS starts
-    FROM (SELECT part, btrim(string_agg(token, '' ORDER BY i)) AS term
+    FROM (SELECT min(part) AS part, term FROM (SELECT part, btrim(string_agg(token, '' ORDER BY i)) AS term
           FROM (SELECT token, i, sep, count(*) FILTER (WHERE sep) OVER (ORDER BY i) AS part
                 FROM (SELECT m[1] AS token, i, m[1] IN ('&', '|') AND sum(CASE m[1] WHEN '(' THEN 1 WHEN ')' THEN -1 ELSE 0 END)
                                                                      OVER (ORDER BY i) = 0 AS sep
@@ -83,8 +85,8 @@ PARSED = """parsed AS MATERIALIZED (
                                           '''(?:[^'']|'''')*''|[()&|]|[^''()&|]+|''', 'g') WITH ORDINALITY AS t(m, i)
                      ) AS depths
                ) AS parts
-          WHERE NOT sep GROUP BY part) AS terms
-    WHERE term <> '')"""
+          WHERE NOT sep GROUP BY part) AS each_term
+          WHERE term <> '' GROUP BY term) AS terms)"""
 
 
 def lexemes_of(source: str, column: str) -> str:

@@ -12,7 +12,7 @@ import pytest
 import yaml
 from psycopg import sql
 
-from retrieval_assets import bm25, chunker, cli, golden, pg, pipeline, store
+from retrieval_assets import bm25, chunker, cli, golden, hybrid, pg, pipeline, store
 from retrieval_assets.defs import corpus as corpus_defs
 from retrieval_assets.defs import index as index_defs
 from retrieval_assets.defs.resources import CorpusResource, PostgresResource
@@ -168,21 +168,29 @@ with psycopg.connect({pg_dsn!r}) as conn:
 
 # 4. long queries ---------------------------------------------------------------------------------
 
-def test_a_ten_thousand_character_query_is_cut_and_answered(indexed, schema, caplog):
+def slow_text(monkeypatch) -> None:
+    """The ts_rank_cd statement made to outlast a 1 ms limit (it sleeps 10 ms), whatever the query."""
+    assert hybrid._TEXT.count("::text AS t)") == 1
+    monkeypatch.setattr(hybrid, "_TEXT", hybrid._TEXT.replace("::text AS t)", "::text AS t FROM pg_sleep(0.01))"))
+
+
+def test_a_ten_thousand_character_query_is_cut_and_answered(indexed, schema, caplog, monkeypatch):
     conn, embedder, _ = indexed
     retriever = pipeline.Retriever(schema, embedder, LexicalReranker())
     with caplog.at_level(logging.INFO, logger="retrieval_assets.pipeline"):
         trace = pipeline.run(conn, retriever, "retrieval " * 1000)
     assert trace.final and "query cut from 10000 to 639 characters" in caplog.text  # 64 terms of 'retrieval'
     assert MAX_QUERY_CHARS == 1000
-    # the seed's ts_rank_cd list over 60 repeats of a common word and a phrase (a hyphenated word, so ts_rank_cd
-    # itself ranks: 7 to 9 ms here; plain words alone are summed from the postings in about 0.6 ms) outlasts 1 ms
+    # a search statement past the run's limit ends it with SearchTimeout (the seed's ts_rank_cd list, made slow:
+    # the real one takes about 1 ms on this long query, too close to a 1 ms limit to test against)
+    slow_text(monkeypatch)
     with pytest.raises(pipeline.SearchTimeout, match="statement_timeout_ms=1"):
-        pipeline.run(conn, retriever, "retrieval " * 60 + "re-ranking", SEED.with_(statement_timeout_ms=1, rerank=False))
+        pipeline.run(conn, retriever, "retrieval " * 60, SEED.with_(statement_timeout_ms=1, rerank=False))
+    monkeypatch.undo()
     assert pipeline.run(conn, retriever, "bm25 saturation").final  # the connection is fine afterwards
 
 
-def test_the_statement_timeout_is_put_back_after_a_run_and_after_a_timeout(indexed, schema):
+def test_the_statement_timeout_is_put_back_after_a_run_and_after_a_timeout(indexed, schema, monkeypatch):
     """The limit is set for the session inside the run's pipeline: the caller's own value comes back."""
     conn, embedder, _ = indexed
     retriever = pipeline.Retriever(schema, embedder, LexicalReranker())
@@ -191,8 +199,10 @@ def test_the_statement_timeout_is_put_back_after_a_run_and_after_a_timeout(index
         for p in (DEFAULT, SEED, SEED.with_(rerank=False), DEFAULT.with_(statement_timeout_ms=0)):
             assert pipeline.run(conn, retriever, "bm25 saturation", p).final
             assert conn.execute("SHOW statement_timeout").fetchone()[0] == "7s"
+        slow_text(monkeypatch)
         with pytest.raises(pipeline.SearchTimeout):
-            pipeline.run(conn, retriever, "retrieval " * 60 + "re-ranking", SEED.with_(statement_timeout_ms=1, rerank=False))
+            pipeline.run(conn, retriever, "retrieval " * 60, SEED.with_(statement_timeout_ms=1, rerank=False))
+        monkeypatch.undo()
         assert conn.execute("SHOW statement_timeout").fetchone()[0] == "7s"
         # inside a transaction of the caller's the limit is local to that transaction (SET LOCAL), as before
         with conn.transaction():

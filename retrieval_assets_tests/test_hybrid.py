@@ -7,7 +7,7 @@ from hypothesis import strategies as st
 from psycopg import sql
 
 from retrieval_assets import golden as golden_set
-from retrieval_assets import hybrid, metrics, pg, pipeline, store
+from retrieval_assets import hybrid, metrics, pg, pipeline, store, tsquery
 from retrieval_assets.params import RetrievalParams
 from retrieval_assets.tables import statement
 from retrieval_assets.tsquery import PARSED, clean
@@ -151,6 +151,24 @@ def test_text_search_gives_ts_rank_cd_exactly_for_plain_words_and_phrases(indexe
             assert [(h.chunk_id, h.score, h.rank) for h in hybrid.text_search(conn, schema, query, n)] == [
                 (cid, s, i) for i, (cid, s) in enumerate(expected, 1)], (query, n)
 
+
+
+def test_a_repeated_term_is_searched_once_with_the_same_scores(indexed, schema, golden):
+    """ts_rank_cd merges a repeated operand's positions: the list of the query's terms, each kept once, is the
+    list of every term as written (ranked by ts_rank_cd itself over the chunk rows)."""
+    conn, _, _ = indexed
+    queries = ["re-ranking " * 4 + "cross-encoder re-ranking", "rank fusion " * 3 + '"rank fusion" -reciprocal -reciprocal',
+               *(q.query + " " + q.query for q in golden[:12])]
+    for query in queries:
+        text = conn.execute("SELECT websearch_to_tsquery('english', %s)::text", (query,)).fetchone()[0]
+        terms = tsquery._split_top_level(text)
+        assert len(set(terms)) < len(terms), query
+        pos = " | ".join(f"( {t} )" for t in terms if not t.startswith("!"))
+        neg = " | ".join(f"( {t[1:].strip()} )" for t in terms if t.startswith("!")) or None
+        expected = conn.execute(statement(schema, """SELECT chunk_id, ts_rank_cd(tsv, %(pos)s::tsquery, 32) AS s FROM {chunks}
+            WHERE tsv @@ %(pos)s::tsquery AND (%(neg)s::tsquery IS NULL OR NOT tsv @@ %(neg)s::tsquery)
+            ORDER BY s DESC, chunk_id LIMIT 50"""), {"pos": pos, "neg": neg}).fetchall()
+        assert [(h.chunk_id, h.score) for h in hybrid.text_search(conn, schema, query, 50)] == expected, query
 
 def test_plain_words_are_scored_without_reading_a_tsv(indexed, schema):
     """With the narrow tsv copy emptied (inside a transaction, rolled back) a plain query still finds its

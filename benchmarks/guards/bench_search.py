@@ -34,7 +34,7 @@ The first stage is also timed against itself with everything on the connection (
 ``ts_rank_cd`` the graph search runs on ``pg.partner`` meanwhile (``hybrid._BESIDE``); with BM25 both sides run
 the same code, a control of the pairing (about 1.00x).
 ``--against COMMIT`` also times this tree's first stage pairwise against that commit's (its
-hybrid.py and bm25.py, from ``git show``, beside this tree's other modules) after checking that
+hybrid.py, bm25.py and tsquery.py, from ``git show``, beside this tree's other modules) after checking that
 both return the same lists for every query.
 """
 
@@ -45,6 +45,7 @@ import gc
 import importlib.util
 import statistics
 import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -125,17 +126,24 @@ def pairwise(ours, theirs, queries, repeats: int) -> tuple[list[float], list[flo
     return a, b
 
 
-def modules_at(commit: str, names=("bm25", "hybrid")) -> dict:
+def modules_at(commit: str, names=("tsquery", "bm25", "hybrid")) -> dict:
     """``retrieval_assets.<name>`` as it was at ``commit``, loaded under another name; the older
-    hybrid is given the older bm25_search."""
+    bm25 and hybrid import the older tsquery (the query parsing is part of what is timed), and the
+    older hybrid is given the older bm25_search."""
     loaded, folder = {}, Path(tempfile.mkdtemp(prefix="bench-search-"))
-    for name in names:
-        path = folder / f"{name}.py"
-        path.write_text(subprocess.run(["git", "show", f"{commit}:retrieval_assets/{name}.py"], check=True,
-                                       capture_output=True, text=True).stdout)
-        spec = importlib.util.spec_from_file_location(f"at_{commit}_{name}", path)
-        loaded[name] = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(loaded[name])
+    current = sys.modules["retrieval_assets.tsquery"]
+    try:
+        for name in names:
+            path = folder / f"{name}.py"
+            path.write_text(subprocess.run(["git", "show", f"{commit}:retrieval_assets/{name}.py"], check=True,
+                                           capture_output=True, text=True).stdout)
+            spec = importlib.util.spec_from_file_location(f"at_{commit}_{name}", path)
+            loaded[name] = importlib.util.module_from_spec(spec)
+            spec.loader.exec_module(loaded[name])
+            if name == "tsquery":  # what ``from retrieval_assets.tsquery import ...`` finds while the others load
+                sys.modules["retrieval_assets.tsquery"] = loaded[name]
+    finally:
+        sys.modules["retrieval_assets.tsquery"] = current
     loaded["hybrid"].LEXICAL["bm25"] = loaded["bm25"].bm25_search
     return loaded
 

@@ -6,7 +6,7 @@ Indexes Cranfield (as distributed, ``datasets.load_cranfield``) into ``bench_cra
 ``hybrid.text_search`` for its 225 queries, split by ``hybrid.plain_words``: plain words are summed from
 the BM25 postings; phrases (hyphenated words make them) and negations are ranked among the chunks the
 postings bound highest, or over every match when that does not settle the list. ``--against COMMIT`` also
-checks that COMMIT's ``text_search`` and ``first_stage`` (its hybrid.py and bm25.py, from ``git show``)
+checks that COMMIT's ``text_search`` and ``first_stage`` (its hybrid.py, bm25.py and tsquery.py, from ``git show``)
 return the same lists for every query, then times both pairwise, the order alternating (bench_search's
 ``pairwise``), per branch and for the whole first stage (the vector list and ts_rank_cd, ``n`` each).
 Prints figures only; never asserts. Targets: none of its own (issue 18's are bench_search's and scale's).
