@@ -211,14 +211,20 @@ def vector_search(conn: psycopg.Connection, schema: str, vector: np.ndarray, n: 
 # n = 100 (benchmarks/guards/bench_text.py), the fixture's 1.14x p50 and 0.71x p95 at n = 50 (a session script).
 # test_hybrid checks every branch against ts_rank_cd itself.
 _SPREAD = 4
+
+
+def _tf_sums(lexemes: str, where: str = "") -> str:
+    """SQL for rows (cid, tf): each chunk's tf summed over ``lexemes`` (SQL for rows ``term``), from the postings."""
+    return (f"SELECT x.cid, sum(x.tf) AS tf FROM ({lexemes}) s JOIN {{postings}} po ON po.term = s.term, "
+            f"unnest(po.cids, po.tfs) AS x(cid, tf) {where} GROUP BY x.cid")
+
+
 _PLAIN = "t !~ '[<!]' AND t !~ ''':'"  # of a query's websearch_to_tsquery text t: no phrase, negation, weight or prefix
 _TEXT = f"""WITH w AS MATERIALIZED (SELECT websearch_to_tsquery('english', %(query)s)::text AS t),
          kind AS MATERIALIZED (SELECT {_PLAIN} AS plain, t !~ ''':' AS bounded FROM w),
          {PARSED},
          p AS MATERIALIZED (SELECT pos::tsquery AS q, neg::tsquery AS nq FROM parsed WHERE pos IS NOT NULL),
-         c AS MATERIALIZED (SELECT x.cid, sum(x.tf) AS tf
-                            FROM ({lexemes_of("parsed", "parsed.starts")}) s JOIN {{postings}} po ON po.term = s.term,
-                                 unnest(po.cids, po.tfs) AS x(cid, tf) GROUP BY x.cid),
+         c AS MATERIALIZED ({_tf_sums(lexemes_of("parsed", "parsed.starts"))}),
          cut AS MATERIALIZED (SELECT min(tf) AS m FROM (SELECT tf FROM c ORDER BY tf DESC LIMIT %(n)s) top),
          cand AS MATERIALIZED (SELECT cl.chunk_id, ts_rank_cd(f.tsv, p.q, 32) AS score
                                FROM c, cut, p, {{chunk_lengths}} cl, {{fulltext}} f
@@ -231,9 +237,7 @@ _TEXT = f"""WITH w AS MATERIALIZED (SELECT websearch_to_tsquery('english', %(que
                                           AND (SELECT min(score) FROM cand) >= 0.1 * e.mx / (0.1 * e.mx + 1) + 1e-6)) AS ok
              FROM (SELECT max(c.tf) AS mx FROM c, cut WHERE c.tf < cut.m) e)
     (SELECT cl.chunk_id, (c.tf * 0.1::float4::float8 / (c.tf * 0.1::float4::float8 + 1))::float4 AS score
-     FROM (SELECT x.cid, sum(x.tf) AS tf
-           FROM ({lexemes_of("w", "w.t")}) t JOIN {{postings}} po ON po.term = t.term, unnest(po.cids, po.tfs) AS x(cid, tf)
-           WHERE (SELECT plain FROM kind) GROUP BY x.cid) c
+     FROM ({_tf_sums(lexemes_of("w", "w.t"), "WHERE (SELECT plain FROM kind)")}) c
      JOIN {{chunk_lengths}} cl ON cl.cid = c.cid
      ORDER BY score DESC, cl.chunk_id LIMIT %(n)s)
     UNION ALL

@@ -10,7 +10,6 @@ from retrieval_assets import golden as golden_set
 from retrieval_assets import hybrid, metrics, pg, pipeline, store, tsquery
 from retrieval_assets.params import RetrievalParams
 from retrieval_assets.tables import statement
-from retrieval_assets.tsquery import PARSED, clean
 from retrieval_assets.types import Chunk, Hit
 
 HOSTILE = [
@@ -130,13 +129,17 @@ def test_negated_word_and_phrase_exclude_every_chunk_containing_them(indexed, sc
         assert not tsv
 
 
+def ranked_by_ts_rank_cd(conn, schema, pos, neg, n):
+    """The top ``n`` chunk rows matching the tsquery text ``pos`` and not ``neg``, by Postgres's ts_rank_cd (the reference)."""
+    return conn.execute(statement(schema, """SELECT chunk_id, ts_rank_cd(tsv, %(pos)s::tsquery, 32) AS s FROM {chunks}
+        WHERE tsv @@ %(pos)s::tsquery AND (%(neg)s::tsquery IS NULL OR NOT tsv @@ %(neg)s::tsquery)
+        ORDER BY s DESC, chunk_id LIMIT %(n)s"""), {"pos": pos, "neg": neg, "n": n}).fetchall()
+
+
 def ts_rank_cd_list(conn, schema, query, n):
-    """The ts_rank_cd list computed by Postgres's ts_rank_cd on every matching chunk row (the reference)."""
-    return conn.execute(statement(
-        schema, f"""WITH {PARSED}, p AS (SELECT pos::tsquery AS q, neg::tsquery AS nq FROM parsed WHERE pos IS NOT NULL)
-                    SELECT chunk_id, ts_rank_cd(tsv, p.q, 32) AS s FROM p, {{chunks}}
-                    WHERE tsv @@ p.q AND (p.nq IS NULL OR NOT tsv @@ p.nq) ORDER BY s DESC, chunk_id LIMIT %(n)s"""),
-        {"query": clean(query), "n": n}).fetchall()
+    """``query``'s ts_rank_cd list, its terms parsed by ``tsquery.parse_query``, ranked by ``ranked_by_ts_rank_cd``."""
+    pos, neg = tsquery.parse_query(conn, query)
+    return [] if pos is None else ranked_by_ts_rank_cd(conn, schema, pos, neg, n)
 
 
 def test_text_search_gives_ts_rank_cd_exactly_for_plain_words_and_phrases(indexed, schema, golden):
@@ -165,9 +168,7 @@ def test_a_repeated_term_is_searched_once_with_the_same_scores(indexed, schema, 
         assert len(set(terms)) < len(terms), query
         pos = " | ".join(f"( {t} )" for t in terms if not t.startswith("!"))
         neg = " | ".join(f"( {t[1:].strip()} )" for t in terms if t.startswith("!")) or None
-        expected = conn.execute(statement(schema, """SELECT chunk_id, ts_rank_cd(tsv, %(pos)s::tsquery, 32) AS s FROM {chunks}
-            WHERE tsv @@ %(pos)s::tsquery AND (%(neg)s::tsquery IS NULL OR NOT tsv @@ %(neg)s::tsquery)
-            ORDER BY s DESC, chunk_id LIMIT 50"""), {"pos": pos, "neg": neg}).fetchall()
+        expected = ranked_by_ts_rank_cd(conn, schema, pos, neg, 50)
         assert [(h.chunk_id, h.score) for h in hybrid.text_search(conn, schema, query, 50)] == expected, query
 
 def test_plain_words_are_scored_without_reading_a_tsv(indexed, schema):
