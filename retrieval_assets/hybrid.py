@@ -86,8 +86,8 @@ def _exact_query(vector: np.ndarray, exact: bool | str):
 
 # the lexical lists a graph search runs beside, on the partner: ts_rank_cd's one statement is most of the first
 # stage (first_stage 0.89x one session's time on the fixture, benchmarks/guards/bench_search.py; since the list is
-# summed or bounded from the postings 0.86 to 1.04x there, 0.74x on Cranfield with MiniLM, benchmarks/RESULTS.md);
-# BM25's first trip is a short read of term statistics that the graph search rides along with (1.06x beside it)
+# summed or bounded from the postings 0.86 to 1.04x there, and 0.71x on Cranfield with MiniLM,
+# benchmarks/guards/bench_text.py); BM25's first trip is a short read of term statistics that the graph search rides along with (1.06x beside it)
 _BESIDE = frozenset({"ts_rank_cd"})
 
 
@@ -201,14 +201,16 @@ def vector_search(conn: psycopg.Connection, schema: str, vector: np.ndarray, n: 
 # with W = 0.1 x the chunk's positions of the query's lexemes = 0.1 x the sum of their tf. Postgres adds
 # the weight cover by cover in double precision, which rounds to the same float4 as
 # ``tf * 0.1::float4::float8`` for every count up to 70,000 (a count is at most the tsv's positions).
-# Fixture p50 0.61 against 1.20 ms, 100k chunks 3.0 against 4.4 ms (a session script, 2026-12-04).
+# Fixture p50 0.63 against 1.19 ms (benchmarks/guards/bench_search.py), 100k chunks 0.61 to 0.64x
+# (benchmarks/guards/bench_text.py --scale).
 # Other queries (phrases, from hyphenated words too, and negations) are bounded by the same postings:
 # each cover adds at most 0.1 and begins at a distinct position of a lexeme that can begin one (a plain
 # term, or a phrase's first word: PARSED's ``starts``), so W <= 0.1 x ``c``, those lexemes' tf summed.
 # ts_rank_cd itself runs on the chunks of the n highest ``c`` only (``cand``); when the n-th exact score
 # beats every other chunk's bound (``settled``), that is the list, else every matching chunk is ranked.
 # Worth it where matches outnumber n by ``_SPREAD``: Cranfield's phrase queries 0.31x p50 and 0.20x p95 at
-# n = 100 (benchmarks/guards/bench_text.py), the fixture's 1.14x p50 and 0.71x p95 at n = 50 (a session script).
+# n = 100, 80-word passages of the fixture 0.31x and 0.90x at n = 50 (benchmarks/guards/bench_text.py). The
+# lists are the same at any spread; 0 to 8 gave Cranfield the same speed, and on 430 chunks 4 cost least.
 # test_hybrid checks every branch against ts_rank_cd itself.
 _SPREAD = 4
 

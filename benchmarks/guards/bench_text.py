@@ -1,14 +1,22 @@
-"""The ts_rank_cd list on Cranfield, by the branch a query takes, against an older commit.
+"""The ts_rank_cd list on Cranfield (or a kept synthetic table), by the branch a query takes, against an older commit.
 
 Run: uv run python -m benchmarks.guards.bench_text [--embedder hash] [--against COMMIT] [--repeats 2] [--n 100]
+     uv run python -m benchmarks.guards.bench_text --scale 100000 [--topics 300] --n 50 --repeats 3 --against COMMIT
+     uv run python -m benchmarks.guards.bench_text --passages --n 50 --repeats 3 --against COMMIT
 Indexes Cranfield (as distributed, ``datasets.load_cranfield``) into ``bench_cranfield_<embedder>`` as
-``guards/cranfield.py`` does (``store.sync``: a kept table re-embeds nothing), then times
-``hybrid.text_search`` for its 225 queries, split by ``hybrid.plain_words``: plain words are summed from
+``guards/cranfield.py`` does (``store.sync``: a kept table re-embeds nothing); with ``--scale SIZE``, reads
+instead the table ``guards/scale.py --sizes SIZE --topics T --keep`` left (``common.scale_schema``, hash
+vectors) with the 200 queries scale.py searches it with (``synthetic.Corpus(0, topics=T).queries(200)``);
+with ``--passages``, the fixture corpus as bench_search indexes it, queried with the first 80 words of every
+ninth chunk (48 long queries, most holding a hyphenated word).
+Then times ``hybrid.text_search`` for the queries, split by ``hybrid.plain_words``: plain words are summed from
 the BM25 postings; phrases (hyphenated words make them) and negations are ranked among the chunks the
 postings bound highest, or over every match when that does not settle the list. ``--against COMMIT`` also
 checks that COMMIT's ``text_search`` and ``first_stage`` (its hybrid.py, bm25.py and tsquery.py, from ``git show``)
 return the same lists for every query, then times both pairwise, the order alternating (bench_search's
-``pairwise``), per branch and for the whole first stage (the vector list and ts_rank_cd, ``n`` each).
+``pairwise``), per branch and for the whole first stage (the vector list, by the search the table was chosen
+to use, ``pipeline.retriever``, and ts_rank_cd, ``n`` each). The first stage is also timed against itself with
+both lists on the connection (``partner=None``).
 Prints figures only; never asserts. Targets: none of its own (issue 18's are bench_search's and scale's).
 """
 
@@ -18,8 +26,9 @@ import argparse
 
 from benchmarks import common
 from benchmarks.guards.bench_search import compare, modules_at, pairwise, per_query
-from retrieval_assets import benchmark_eval, datasets, hybrid, partitions, pg
+from retrieval_assets import benchmark_eval, datasets, hybrid, partitions, pg, pipeline, store, synthetic
 from retrieval_assets.params import RetrievalParams
+from retrieval_assets.tables import exists
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -29,30 +38,58 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--n", type=int, default=100, help="chunks per list")
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--against", metavar="COMMIT", default=None, help="also time COMMIT's lists, pairwise")
+    parser.add_argument("--scale", type=int, default=None, metavar="SIZE", help="the kept scale.py table of SIZE chunks instead")
+    parser.add_argument("--topics", type=int, default=300, help="with --scale: the topics it was generated with (0: independent words)")
+    parser.add_argument("--passages", action="store_true", help="the fixture, queried with 80-word passages of its chunks, instead")
     parser.add_argument("--dsn", default=None)
     args = parser.parse_args(argv)
 
-    schema = partitions.schema_name(args.embedder, "cranfield")
+    schema = (common.scale_schema(args.scale) if args.scale else common.bench_schema("search") if args.passages
+              else partitions.schema_name(args.embedder, "cranfield"))
     conn = pg.connect(args.dsn)
     common.print_machine({**common.postgres_versions(conn), "server": pg.mask_dsn(pg.resolve_dsn(args.dsn)), "schema": schema})
-    bench = datasets.load_cranfield(args.data)
-    embedder = partitions.embedder(args.embedder)
-    chunks, report = benchmark_eval.index_benchmark(conn, schema, bench, embedder)
-    queries = list(bench.queries.values())
+    embedder = partitions.embedder("hash" if args.scale or args.passages else args.embedder)
+    if args.scale:
+        if not exists(conn, schema, "chunks"):
+            parser.error(f"no table {schema}: run `uv run python -m benchmarks.guards.scale --sizes {args.scale} "
+                         f"--topics {args.topics} --keep` first")
+        queries = synthetic.Corpus(0, topics=args.topics).queries(200)
+        report = f"{store.count(conn, schema)} chunks kept by scale.py, topics {args.topics}"
+    elif args.passages:
+        _, chunks, _ = common.fixture()
+        store.create(conn, schema, embedder.dims)
+        report = f"{len(chunks)} fixture chunks ({store.sync(conn, schema, chunks, embedder)})"
+        queries = [" ".join(c.text.split()[:80]) for c in chunks[::9]]
+    else:
+        bench = datasets.load_cranfield(args.data)
+        chunks, sync = benchmark_eval.index_benchmark(conn, schema, bench, embedder)
+        queries = list(bench.queries.values())
+        report = f"{len(chunks)} chunks ({sync})"
     kinds = {"plain words": [q for q in queries if hybrid.plain_words(conn, q)]}
     kinds["phrases or negations"] = [q for q in queries if q not in set(kinds["plain words"])]
-    print(f"\nindex: {len(chunks)} chunks ({report}); {len(queries)} queries: "
+    print(f"\nindex: {report}; {len(queries)} queries: "
           + ", ".join(f"{len(qs)} {kind}" for kind, qs in kinds.items()) + f"; n = {args.n}, x {args.repeats}")
+    kinds = {kind: qs for kind, qs in kinds.items() if qs}
 
     for kind, qs in kinds.items():
         print(f"{'hybrid.text_search, ' + kind:<46} {common.summary_ms(per_query(lambda q: hybrid.text_search(conn, schema, q, args.n), qs, args.repeats))}")
 
+    chosen = pipeline.retriever(conn, schema, embedder)  # the vector search the table was chosen to use
+    params = RetrievalParams(n=args.n, lexical="ts_rank_cd", ef_search=chosen.ef_search)
+    stage = {"exact": chosen.exact}
+    vectors = {q: embedder.embed([q])[0] for q in queries}
+    print(f"\nthe vector search on the partner beside the list (hybrid._BESIDE; {'an exact scan split' if chosen.exact else 'the graph search whole'}), "
+          f"pairwise; load now {common.load_average()}")
+    compare(f"first_stage (ts_rank_cd), all {len(queries)} queries", *pairwise(
+        lambda q: hybrid.first_stage(conn, schema, vectors[q], q, params, **stage),
+        lambda q: hybrid.first_stage(conn, schema, vectors[q], q, params, **stage, partner=None), queries, args.repeats),
+        "both lists on the connection", "with/without", None)
+
     if args.against:
         older = modules_at(args.against)["hybrid"]
-        params = RetrievalParams(n=args.n, lexical="ts_rank_cd")
-        vectors = {q: embedder.embed([q])[0] for q in queries}
         same_text = all(older.text_search(conn, schema, q, args.n) == hybrid.text_search(conn, schema, q, args.n) for q in queries)
-        same_first = all(older.first_stage(conn, schema, vectors[q], q, params) == hybrid.first_stage(conn, schema, vectors[q], q, params)
+        same_first = all(older.first_stage(conn, schema, vectors[q], q, params, **stage)
+                         == hybrid.first_stage(conn, schema, vectors[q], q, params, **stage)
                          for q in queries)
         print(f"\nthis tree vs {args.against}, pairwise; lists identical: text {same_text}, first stage {same_first}; "
               f"load now {common.load_average()}")
@@ -61,8 +98,8 @@ def main(argv: list[str] | None = None) -> int:
                                                       lambda q: older.text_search(conn, schema, q, args.n), qs, args.repeats),
                     args.against, f"this tree/{args.against}", None)
         compare(f"first_stage (ts_rank_cd), all {len(queries)} queries", *pairwise(
-            lambda q: hybrid.first_stage(conn, schema, vectors[q], q, params),
-            lambda q: older.first_stage(conn, schema, vectors[q], q, params), queries, args.repeats),
+            lambda q: hybrid.first_stage(conn, schema, vectors[q], q, params, **stage),
+            lambda q: older.first_stage(conn, schema, vectors[q], q, params, **stage), queries, args.repeats),
             args.against, f"this tree/{args.against}", None)
     common.print_load_end()
     return 0
