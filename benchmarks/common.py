@@ -90,7 +90,8 @@ def code_version() -> str:
 
 def fixture():
     """The fixture corpus: (documents, their chunks, the golden queries checked against them)."""
-    from retrieval_assets import chunker, golden
+    from retrieval_assets.corpus import golden
+    from retrieval_assets.index import chunker
 
     documents = chunker.load_documents(CORPUS)
     chunks = [c for d in documents for c in chunker.chunk(d)]
@@ -109,7 +110,7 @@ def drop_schema(dsn: str | None, schema: str) -> None:
 
 def drop_chunks(conn, schema: str) -> None:
     """Drop the chunk table and the BM25 statistics beside it in ``schema`` (the schema stays)."""
-    from retrieval_assets import store
+    from retrieval_assets.index import store
 
     store.drop(conn, schema)
 

@@ -18,9 +18,19 @@ import sys
 import uuid
 from pathlib import Path
 
-from retrieval_assets import answer, chunker, diagnose, evaluation, golden, history, params, partitions, pg, pipeline, regression, store
-from retrieval_assets.datasets import DatasetError
-from retrieval_assets.fastembed_models import ModelUnavailableError
+from retrieval_assets import params, partitions, pg
+
+from retrieval_assets.answers import answer
+
+from retrieval_assets.corpus import golden
+
+from retrieval_assets.evaluation import diagnose, evaluate, history, regression
+
+from retrieval_assets.index import chunker, store
+
+from retrieval_assets.search import pipeline
+from retrieval_assets.corpus.datasets import DatasetError
+from retrieval_assets.index.fastembed_models import ModelUnavailableError
 from retrieval_assets.params import DEFAULT, FUSION, LEXICAL, PIPELINES, RetrievalParams
 
 PROJECT_CORPUS = Path(__file__).resolve().parents[1] / "fixtures" / "corpus"
@@ -136,7 +146,7 @@ def _evaluate(conn, args, documents, chunks, out) -> None:
     params = _params(args)
     gold = golden.load_golden(Path(args.corpus) / "golden.yaml", documents)
     schema, embedder, _ = _index(conn, args, chunks)
-    ev = evaluation.evaluate_pipelines(conn, pipeline.retriever(conn, schema, embedder, params), gold, params)
+    ev = evaluate.evaluate_pipelines(conn, pipeline.retriever(conn, schema, embedder, params), gold, params)
     if args.failures:
         print("query_id\tkind\tbest_rank", file=out)
         for q in ev.failures():
@@ -146,9 +156,9 @@ def _evaluate(conn, args, documents, chunks, out) -> None:
               f"fused recall@{params.n} = {ev.pool_recall:.3f}", file=out)
         for name, label in (("hybrid", f"hybrid ({params.fusion})"), ("rerank", "+ rerank"), ("mmr", "final (+ MMR when set)")):
             print(f"\n{label}", file=out)
-            evaluation.report(ev.metrics[name], file=out)
+            evaluate.report(ev.metrics[name], file=out)
     if args.json:
-        text = json.dumps(evaluation.as_dict(ev), indent=2)
+        text = json.dumps(evaluate.as_dict(ev), indent=2)
         if args.json == "-":
             print(text, file=out)
         else:

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 from pathlib import Path
 
-from retrieval_assets.embed import Embedder, HashEmbedder
+from retrieval_assets.index.embed import Embedder, HashEmbedder
 
 HISTORY = "retrieval_history"  # the schema of the eval_runs history (after the prefix)
 IO_VALUES = "retrieval_io"  # the schema of the Dagster IO manager's stored asset values (after the prefix)
@@ -37,21 +37,21 @@ ROLES = {
 
 
 def _minilm() -> Embedder:
-    from retrieval_assets.fastembed_models import MINILM, FastEmbedder
-    from retrieval_assets.pypi_models import minilm_model_dir
+    from retrieval_assets.index.fastembed_models import MINILM, FastEmbedder
+    from retrieval_assets.index.pypi_models import minilm_model_dir
 
     return FastEmbedder(MINILM, model_dir=minilm_model_dir())
 
 
 def _bge_small() -> Embedder:
-    from retrieval_assets.fastembed_models import BGE_SMALL, FastEmbedder
+    from retrieval_assets.index.fastembed_models import BGE_SMALL, FastEmbedder
 
     return FastEmbedder(BGE_SMALL)
 
 
 def _minilm_missing() -> str | None:
-    from retrieval_assets.fastembed_models import ModelUnavailableError
-    from retrieval_assets.pypi_models import minilm_model_dir
+    from retrieval_assets.index.fastembed_models import ModelUnavailableError
+    from retrieval_assets.index.pypi_models import minilm_model_dir
 
     try:
         minilm_model_dir()
@@ -61,7 +61,7 @@ def _minilm_missing() -> str | None:
 
 
 def _bge_small_missing() -> str | None:
-    from retrieval_assets.fastembed_models import BGE_SMALL, unavailable_reason
+    from retrieval_assets.index.fastembed_models import BGE_SMALL, unavailable_reason
 
     return unavailable_reason(BGE_SMALL)
 

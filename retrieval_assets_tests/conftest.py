@@ -64,14 +64,14 @@ def conn(pg_dsn, schema):
 
 @pytest.fixture(scope="module")
 def corpus_documents():
-    from retrieval_assets.chunker import load_documents
+    from retrieval_assets.index.chunker import load_documents
 
     return load_documents(CORPUS)
 
 
 @pytest.fixture(scope="module")
 def golden(corpus_documents):
-    from retrieval_assets.golden import load_golden
+    from retrieval_assets.corpus.golden import load_golden
 
     return load_golden(CORPUS / "golden.yaml", corpus_documents)
 
@@ -79,9 +79,9 @@ def golden(corpus_documents):
 @pytest.fixture(scope="module")
 def indexed(conn, schema, corpus_documents):
     """The fixture corpus indexed with the hash embedder in the module's schema: (conn, embedder, chunks)."""
-    from retrieval_assets import store
-    from retrieval_assets.chunker import chunk
-    from retrieval_assets.embed import HashEmbedder
+    from retrieval_assets.index import store
+    from retrieval_assets.index.chunker import chunk
+    from retrieval_assets.index.embed import HashEmbedder
 
     embedder = HashEmbedder()
     store.drop(conn, schema)

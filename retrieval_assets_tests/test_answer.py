@@ -17,15 +17,19 @@ import pytest
 import yaml
 from claude_agent_sdk import AssistantMessage, ClaudeAgentOptions, ResultMessage, TextBlock
 
-from retrieval_assets import answer, claude, pg, pipeline, rerank
-from retrieval_assets import citations as cite
-from retrieval_assets import golden as golden_set
+from retrieval_assets import pg
+
+from retrieval_assets.answers import answer, claude
+
+from retrieval_assets.search import pipeline, rerank
+from retrieval_assets.answers import citations as cite
+from retrieval_assets.corpus import golden as golden_set
 from retrieval_assets.defs import answers as answers_defs
 from retrieval_assets.defs import corpus, diagnosis, evaluation, index
 from retrieval_assets.defs.jobs import evaluate_embedders
 from retrieval_assets.defs.partitions import embedders
 from retrieval_assets.defs.resources import CorpusResource, PostgresResource
-from retrieval_assets.embed import HashEmbedder
+from retrieval_assets.index.embed import HashEmbedder
 from retrieval_assets.types import Answer, Chunk, Draft, Faithfulness
 from retrieval_assets_tests.conftest import CORPUS
 

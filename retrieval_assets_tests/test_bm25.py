@@ -8,11 +8,15 @@ import pytest
 
 from psycopg import sql
 
-from retrieval_assets import bm25, hybrid, pg, store, tsquery
-from retrieval_assets.embed import HashEmbedder
+from retrieval_assets import pg
+
+from retrieval_assets.index import bm25, store
+
+from retrieval_assets.search import hybrid, tsquery
+from retrieval_assets.index.embed import HashEmbedder
 from retrieval_assets.params import RetrievalParams
-from retrieval_assets.rerank import CorpusStats, LexicalReranker
-from retrieval_assets.tables import statement
+from retrieval_assets.search.rerank import CorpusStats, LexicalReranker
+from retrieval_assets.index.tables import statement
 from retrieval_assets.types import Chunk, Hit, Ranked
 from retrieval_assets_tests.test_hybrid import HOSTILE, Spy
 

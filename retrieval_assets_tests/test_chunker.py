@@ -7,8 +7,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from retrieval_assets import chunker, cli
-from retrieval_assets.chunker import CorpusError, chunk, load_documents
+from retrieval_assets import cli
+
+from retrieval_assets.index import chunker
+from retrieval_assets.index.chunker import CorpusError, chunk, load_documents
 from retrieval_assets.types import Document
 
 

@@ -5,8 +5,8 @@ from collections import Counter
 import pytest
 import yaml
 
-from retrieval_assets.chunker import chunk, load_documents
-from retrieval_assets.golden import KINDS, GoldenError, load_golden, normalise, relevant
+from retrieval_assets.index.chunker import chunk, load_documents
+from retrieval_assets.corpus.golden import KINDS, GoldenError, load_golden, normalise, relevant
 from retrieval_assets_tests.conftest import CORPUS
 from retrieval_assets_tests.test_chunker import check_invariants, fence_spans
 

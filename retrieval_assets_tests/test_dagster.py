@@ -11,14 +11,18 @@ import pytest
 import yaml
 from psycopg import sql
 
-from retrieval_assets import evaluation, golden, partitions, pg
-from retrieval_assets import pipeline as pipeline_lib
+from retrieval_assets import partitions, pg
+
+from retrieval_assets.corpus import golden
+
+from retrieval_assets.evaluation import evaluate
+from retrieval_assets.search import pipeline as pipeline_lib
 from retrieval_assets.definitions import defs
 from retrieval_assets.defs import corpus, diagnosis, index
 from retrieval_assets.defs import evaluation as evaluation_defs
 from retrieval_assets.defs.jobs import nightly_evaluation
 from retrieval_assets.defs.resources import CorpusResource, PostgresResource
-from retrieval_assets.embed import HashEmbedder
+from retrieval_assets.index.embed import HashEmbedder
 from retrieval_assets.params import DEFAULT
 from retrieval_assets_tests.conftest import CORPUS
 
@@ -105,7 +109,7 @@ def test_whole_graph_for_hash_matches_the_library(resource):
     ev_meta = metadata(result, "eval_run")
     with resource.connect() as conn:
         queries = golden.load_golden(CORPUS / "golden.yaml")
-        ev = evaluation.evaluate_pipelines(conn, pipeline_lib.retriever(conn, resource.schema("hash"), HashEmbedder(), DEFAULT),
+        ev = evaluate.evaluate_pipelines(conn, pipeline_lib.retriever(conn, resource.schema("hash"), HashEmbedder(), DEFAULT),
                                            queries, DEFAULT)
     assert list(ev_meta)[:3] == ["recall@k", "mrr", "ndcg@k"]  # the default pipeline's headline first
     assert (ev_meta["recall@k"], ev_meta["mrr"], ev_meta["ndcg@k"]) == tuple(
@@ -143,7 +147,7 @@ def test_whole_graph_for_hash_matches_the_library(resource):
 
 def test_the_diagnosis_reuses_eval_runs_traces(resource):
     """failure_report explains eval_run's own per-query results: same misses as a fresh diagnosis."""
-    from retrieval_assets import diagnose
+    from retrieval_assets.evaluation import diagnose
 
     result = run(resource)
     ev = result.output_for_node("eval_run")

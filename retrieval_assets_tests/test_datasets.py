@@ -1,4 +1,4 @@
-"""Benchmark loaders (Cranfield SMART, BEIR folders, datasets.py) and their evaluation (benchmark_eval.py).
+"""Benchmark loaders (Cranfield SMART, BEIR folders, datasets.py) and their evaluation (benchmark.py).
 
 Small fixture files are written in tmp_path; the real Cranfield data is read in place from
 ``$CRANFIELD_DIR`` or ``../shared/benchmarks/cranfield`` and those tests skip when it is absent.
@@ -11,8 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from retrieval_assets import benchmark_eval, datasets
-from retrieval_assets.embed import HashEmbedder
+from retrieval_assets.corpus import datasets
+
+from retrieval_assets.evaluation import benchmark
+from retrieval_assets.index.embed import HashEmbedder
 from retrieval_assets.types import Document
 
 CRANFIELD = datasets.DEFAULT_CRANFIELD  # $CRANFIELD_DIR, else ../shared/benchmarks/cranfield
@@ -102,7 +104,7 @@ def test_cranfield_fixture_documents(tmp_path):
     assert ".A" not in bench.documents[1].text
     assert bench.documents[2] == Document("3", "", "")
     # the documents go through our chunker
-    chunks = benchmark_eval.chunk_documents(bench.documents)
+    chunks = benchmark.chunk_documents(bench.documents)
     assert {c.doc_id for c in chunks} == {"1", "2"}
 
 
@@ -191,19 +193,19 @@ def test_beir_errors_name_the_path(tmp_path):
 
 def test_to_documents_keeps_each_document_at_its_best_chunk():
     chunk_doc = {"a#000": "a", "a#001": "a", "b#000": "b", "c#000": "c"}
-    assert benchmark_eval.to_documents(["a#001", "b#000", "a#000", "zz", "c#000"], chunk_doc, 10) == ["a", "b", "c"]
-    assert benchmark_eval.to_documents(["a#001", "b#000", "c#000"], chunk_doc, 2) == ["a", "b"]
+    assert benchmark.to_documents(["a#001", "b#000", "a#000", "zz", "c#000"], chunk_doc, 10) == ["a", "b", "c"]
+    assert benchmark.to_documents(["a#001", "b#000", "c#000"], chunk_doc, 2) == ["a", "b"]
 
 
 def test_evaluate_rankers_matches_pytrec_eval_on_fixed_runs(tmp_path):
     bench = datasets.load_cranfield(write_cranfield(tmp_path / "cran"))
     runs = {"1": ["2", "1"], "2": [], "3": ["3", "2", "1"]}
-    scores = benchmark_eval.evaluate_rankers(bench, {"fixed": lambda q: runs[{v: k for k, v in bench.queries.items()}[q]]}, k=2, depth=3)
+    scores = benchmark.evaluate_rankers(bench, {"fixed": lambda q: runs[{v: k for k, v in bench.queries.items()}[q]]}, k=2, depth=3)
     s = scores["fixed"]
     assert s.queries == 3
     assert s.mrr == pytest.approx((1 / 2 + 0 + 1 / 3) / 3)
     assert s.recall == pytest.approx(2 / 3)
-    assert benchmark_eval.trec_eval_check(bench, scores, k=2, depth=3) == {"fixed": pytest.approx(0.0, abs=1e-12)}
+    assert benchmark.trec_eval_check(bench, scores, k=2, depth=3) == {"fixed": pytest.approx(0.0, abs=1e-12)}
 
 
 # --- the real Cranfield data -------------------------------------------------------------------
@@ -244,23 +246,23 @@ def test_pipeline_and_peer_on_a_cranfield_slice_agree_with_pytrec_eval(cranfield
     bench = cranfield.subset(slice_docs, qids)
     assert len(bench.documents) == 200 and len(bench.queries) == 20
     embedder = HashEmbedder()  # the module's schema is fresh (conftest drops it first)
-    chunks, report = benchmark_eval.index_benchmark(conn, schema, bench, embedder)
+    chunks, report = benchmark.index_benchmark(conn, schema, bench, embedder)
     assert {c.doc_id for c in chunks} <= set(slice_docs) and report.inserted == len(chunks)
-    params = benchmark_eval.CRANFIELD.with_(k=100, n=100)
-    rankers = {**benchmark_eval.our_rankers(conn, schema, embedder, chunks, params=params, depth=50),
-               "bm25s": benchmark_eval.bm25s_ranker(bench.documents, depth=50)}
-    scores = benchmark_eval.evaluate_rankers(bench, rankers, k=10, depth=50)
-    names = [*benchmark_eval.pipeline_names("ts_rank_cd"), *benchmark_eval.pipeline_names("bm25", vector=False), "bm25s"]
+    params = benchmark.CRANFIELD.with_(k=100, n=100)
+    rankers = {**benchmark.our_rankers(conn, schema, embedder, chunks, params=params, depth=50),
+               "bm25s": benchmark.bm25s_ranker(bench.documents, depth=50)}
+    scores = benchmark.evaluate_rankers(bench, rankers, k=10, depth=50)
+    names = [*benchmark.pipeline_names("ts_rank_cd"), *benchmark.pipeline_names("bm25", vector=False), "bm25s"]
     assert list(scores) == names == ["vector", "ts_rank_cd", "hybrid(ts_rank_cd)", "hybrid(ts_rank_cd) + rerank",
                                      "hybrid(ts_rank_cd) + rerank + MMR", "bm25", "hybrid(bm25)", "hybrid(bm25) + rerank",
                                      "hybrid(bm25) + rerank + MMR", "bm25s"]
     for s in scores.values():
         assert s.queries == 20 and 0 < s.ndcg <= 1 and 0 < s.recall <= 1 and 0 < s.mrr <= 1
         assert all(len(run) == len(set(run)) <= 50 for run in s.runs.values())
-    diffs = benchmark_eval.trec_eval_check(bench, scores, k=10, depth=50)
+    diffs = benchmark.trec_eval_check(bench, scores, k=10, depth=50)
     assert max(diffs.values()) <= 1e-9, diffs
     # a re-index embeds nothing
-    assert benchmark_eval.index_benchmark(conn, schema, bench, embedder)[1].embedded == 0
+    assert benchmark.index_benchmark(conn, schema, bench, embedder)[1].embedded == 0
 
 
 def test_cranfield_report_asset_on_fixture_files(tmp_path, pg_dsn):
@@ -284,7 +286,7 @@ def test_cranfield_report_asset_on_fixture_files(tmp_path, pg_dsn):
         assert meta["schema"] == prefix + "bench_cranfield_hash"
         assert meta["documents"] == 3 and meta["queries"] == 3 and meta["chunks"] == 2
         assert "| peer | bm25s | 3 |" in meta["table"] and "| hash | hybrid(bm25) + rerank + MMR | 3 |" in meta["table"]
-        for name in (*benchmark_eval.pipeline_names("ts_rank_cd"), *benchmark_eval.pipeline_names("bm25", vector=False), "bm25s"):
+        for name in (*benchmark.pipeline_names("ts_rank_cd"), *benchmark.pipeline_names("bm25", vector=False), "bm25s"):
             assert 0 <= meta[f"{name}/ndcg@10"] <= 1
         assert meta["max_diff_vs_pytrec_eval"] <= 1e-9
         # a missing data folder fails the run with a message naming the path

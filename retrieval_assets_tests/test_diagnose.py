@@ -4,8 +4,14 @@ import re
 
 import pytest
 
-from retrieval_assets import cli, diagnose, golden, pipeline
-from retrieval_assets.evaluation import evaluate_pipelines
+from retrieval_assets import cli
+
+from retrieval_assets.corpus import golden
+
+from retrieval_assets.evaluation import diagnose
+
+from retrieval_assets.search import pipeline
+from retrieval_assets.evaluation.evaluate import evaluate_pipelines
 from retrieval_assets.params import DEFAULT, SEED
 from retrieval_assets_tests.conftest import CORPUS
 

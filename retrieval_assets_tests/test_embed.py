@@ -17,8 +17,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from benchmarks.guards.bench_embed import PreviousHashEmbedder  # the implementation before the vectorised one, kept verbatim
-from retrieval_assets import chunker, embed
-from retrieval_assets.embed import HashEmbedder
+from retrieval_assets.index import chunker, embed
+from retrieval_assets.index.embed import HashEmbedder
 
 
 def reference_hash_embed(text: str, dims: int = 256) -> np.ndarray:
@@ -72,7 +72,7 @@ def test_unit_norm_and_zero_vector_without_tokens():
 
 
 def test_same_vector_across_processes_with_different_hash_seeds():
-    code = "from retrieval_assets.embed import HashEmbedder; import sys; sys.stdout.buffer.write(HashEmbedder().embed(['hybrid search over Postgres']).tobytes())"
+    code = "from retrieval_assets.index.embed import HashEmbedder; import sys; sys.stdout.buffer.write(HashEmbedder().embed(['hybrid search over Postgres']).tobytes())"
     outputs = set()
     for seed in ("0", "1", "12345"):
         env = dict(os.environ, PYTHONHASHSEED=seed)

@@ -3,9 +3,11 @@
 import numpy as np
 import pytest
 
-from retrieval_assets import crossval, hybrid, pipeline
+from retrieval_assets.evaluation import crossval
+
+from retrieval_assets.search import hybrid, pipeline
 from retrieval_assets.params import DEFAULT, PIPELINES, SEED, RetrievalParams, named
-from retrieval_assets.rerank import CorpusStats, LexicalReranker, blend
+from retrieval_assets.search.rerank import CorpusStats, LexicalReranker, blend
 from retrieval_assets.types import Hit, Ranked
 
 
@@ -153,7 +155,7 @@ def test_cross_validation_scores_each_fold_with_what_its_training_chose():
 def test_corpus_stats_are_read_once_per_table_content(indexed, schema):
     import dataclasses
 
-    from retrieval_assets import store
+    from retrieval_assets.index import store
 
     conn, embedder, chunks = indexed
     small = schema + "_stats"

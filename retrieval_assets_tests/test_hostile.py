@@ -12,13 +12,19 @@ import pytest
 import yaml
 from psycopg import sql
 
-from retrieval_assets import bm25, chunker, cli, golden, hybrid, pg, pipeline, store
+from retrieval_assets import cli, pg
+
+from retrieval_assets.corpus import golden
+
+from retrieval_assets.index import bm25, chunker, store
+
+from retrieval_assets.search import hybrid, pipeline
 from retrieval_assets.defs import corpus as corpus_defs
 from retrieval_assets.defs import index as index_defs
 from retrieval_assets.defs.resources import CorpusResource, PostgresResource
-from retrieval_assets.embed import HashEmbedder
+from retrieval_assets.index.embed import HashEmbedder
 from retrieval_assets.params import DEFAULT, MAX_QUERY_CHARS, SEED
-from retrieval_assets.rerank import LexicalReranker
+from retrieval_assets.search.rerank import LexicalReranker
 from retrieval_assets.types import Chunk, Document
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -177,7 +183,7 @@ def slow_text(monkeypatch) -> None:
 def test_a_ten_thousand_character_query_is_cut_and_answered(indexed, schema, caplog, monkeypatch):
     conn, embedder, _ = indexed
     retriever = pipeline.Retriever(schema, embedder, LexicalReranker())
-    with caplog.at_level(logging.INFO, logger="retrieval_assets.pipeline"):
+    with caplog.at_level(logging.INFO, logger="retrieval_assets.search.pipeline"):
         trace = pipeline.run(conn, retriever, "retrieval " * 1000)
     assert trace.final and "query cut from 10000 to 639 characters" in caplog.text  # 64 terms of 'retrieval'
     assert MAX_QUERY_CHARS == 1000

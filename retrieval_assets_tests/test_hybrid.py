@@ -6,10 +6,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from psycopg import sql
 
-from retrieval_assets import golden as golden_set
-from retrieval_assets import hybrid, metrics, pg, pipeline, store, tsquery
+from retrieval_assets.corpus import golden as golden_set
+from retrieval_assets import pg
+from retrieval_assets.evaluation import metrics
+from retrieval_assets.index import store
+from retrieval_assets.search import hybrid, pipeline, tsquery
 from retrieval_assets.params import RetrievalParams
-from retrieval_assets.tables import statement
+from retrieval_assets.index.tables import statement
 from retrieval_assets.types import Chunk, Hit
 
 HOSTILE = [

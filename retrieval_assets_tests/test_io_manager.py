@@ -173,7 +173,7 @@ def evaluate_embedders_multiprocess() -> dg.JobDefinition:
 def test_two_partitions_of_evaluate_embedders_in_parallel_on_the_multiprocess_executor(monkeypatch, postgres, pg_dsn, tmp_path):
     from dagster._core.events import DagsterEventType
 
-    from retrieval_assets.evaluation import Evaluation
+    from retrieval_assets.evaluation.evaluate import Evaluation
 
     monkeypatch.setenv("RETRIEVAL_DSN", pg_dsn)
     monkeypatch.setenv("RETRIEVAL_SCHEMA_PREFIX", PREFIX)

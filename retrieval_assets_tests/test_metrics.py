@@ -12,11 +12,15 @@ import pytest
 import pytrec_eval
 from psycopg import sql
 
-from retrieval_assets import cli, metrics, pipeline
-from retrieval_assets import golden as golden_set
-from retrieval_assets.evaluation import PIPELINES, evaluate_pipelines, report
+from retrieval_assets import cli
+
+from retrieval_assets.evaluation import metrics
+
+from retrieval_assets.search import pipeline
+from retrieval_assets.corpus import golden as golden_set
+from retrieval_assets.evaluation.evaluate import PIPELINES, evaluate_pipelines, report
 from retrieval_assets.params import DEFAULT, SEED
-from retrieval_assets.pipeline import Retriever
+from retrieval_assets.search.pipeline import Retriever
 from retrieval_assets.types import Chunk, GoldenQuery
 from retrieval_assets_tests.conftest import CORPUS
 
@@ -238,7 +242,7 @@ def test_cli_indexes_another_corpus_into_its_own_schema(pg_dsn, tmp_path, capsys
 def test_cli_index_shows_and_checks_the_vector_search(pg_dsn, capsys, conn, cli_schemas):
     """`index` says which vector search the table has; --check-vector-index measures it now, and a bad
     --recall-target is refused before anything is written."""
-    from retrieval_assets import store
+    from retrieval_assets.index import store
 
     assert cli.main(["index", "--corpus", str(CORPUS), "--dsn", pg_dsn]) == 0
     assert "vector search: hnsw, not checked" in capsys.readouterr().out  # 430 chunks: no bulk load

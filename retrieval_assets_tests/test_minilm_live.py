@@ -13,13 +13,19 @@ from pathlib import Path
 import dagster as dg
 import pytest
 
-from retrieval_assets import chunker, evaluation, params, partitions, pipeline, rerank, store
+from retrieval_assets import params, partitions
+
+from retrieval_assets.evaluation import evaluate
+
+from retrieval_assets.index import chunker, store
+
+from retrieval_assets.search import pipeline, rerank
 from retrieval_assets.defs import corpus as corpus_assets
 from retrieval_assets.defs import evaluation as evaluation_assets
 from retrieval_assets.defs import index as index_assets
 from retrieval_assets.defs.resources import CorpusResource, PostgresResource
-from retrieval_assets.golden import load_golden
-from retrieval_assets.pipeline import Retriever
+from retrieval_assets.corpus.golden import load_golden
+from retrieval_assets.search.pipeline import Retriever
 from retrieval_assets_tests.conftest import CORPUS
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -44,7 +50,7 @@ def live(pg_dsn, golden, corpus_documents, monkeypatch_module):
         store.drop(conn, schema)
         store.create(conn, schema, embedder.dims)
         report = store.sync(conn, schema, chunks, embedder)
-        ev = evaluation.evaluate_pipelines(conn, pipeline.retriever(conn, schema, embedder, params.DEFAULT), golden,
+        ev = evaluate.evaluate_pipelines(conn, pipeline.retriever(conn, schema, embedder, params.DEFAULT), golden,
                                           params.DEFAULT)
     yield resource, ev, report
     with resource.connect() as conn:
@@ -84,7 +90,7 @@ def test_minilm_floors_and_the_run_record(live):
 
 
 def test_cross_encoder_where_available(live):
-    from retrieval_assets.fastembed_models import ModelUnavailableError
+    from retrieval_assets.index.fastembed_models import ModelUnavailableError
 
     reranker = rerank.CrossEncoderReranker()
     try:
@@ -94,7 +100,7 @@ def test_cross_encoder_where_available(live):
     resource, ev, _ = live
     retriever = Retriever(resource.schema("minilm"), partitions.embedder("minilm"), reranker)
     with resource.connect() as conn:
-        crossed = evaluation.evaluate_pipelines(conn, retriever, load_golden(CORPUS / "golden.yaml"))
+        crossed = evaluate.evaluate_pipelines(conn, retriever, load_golden(CORPUS / "golden.yaml"))
     assert crossed.metrics["rerank"].mrr >= ev.metrics["hybrid"].mrr
 
 

@@ -19,8 +19,10 @@ from types import ModuleType, SimpleNamespace
 import numpy as np
 import pytest
 
-from retrieval_assets import fastembed_models, partitions, pypi_models
-from retrieval_assets.fastembed_models import (
+from retrieval_assets import partitions
+
+from retrieval_assets.index import fastembed_models, pypi_models
+from retrieval_assets.index.fastembed_models import (
     BGE_SMALL,
     CROSS_ENCODER,
     MINILM,
@@ -28,7 +30,7 @@ from retrieval_assets.fastembed_models import (
     ModelUnavailableError,
     fastembed_cache_dir,
 )
-from retrieval_assets.rerank import CrossEncoderReranker
+from retrieval_assets.search.rerank import CrossEncoderReranker
 from retrieval_assets.types import Chunk
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -127,7 +129,10 @@ def test_registry():
 
 LAZY_SCRIPT = """
 import sys
-from retrieval_assets import embed, evaluation, fastembed_models, metrics, partitions, pipeline, pypi_models, rerank
+from retrieval_assets import partitions
+from retrieval_assets.evaluation import evaluate, metrics
+from retrieval_assets.index import embed, fastembed_models, pypi_models
+from retrieval_assets.search import pipeline, rerank
 
 e = fastembed_models.FastEmbedder()
 assert e.embed([]).shape == (0, 384)

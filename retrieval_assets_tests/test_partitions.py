@@ -7,7 +7,7 @@ import re
 import pytest
 
 from retrieval_assets import partitions
-from retrieval_assets.embed import HashEmbedder
+from retrieval_assets.index.embed import HashEmbedder
 from retrieval_assets.params import DEFAULT, EF_SEARCH_MAX, LEXICAL, PIPELINES, SEED, RetrievalParams
 
 # An unquoted Postgres identifier: starts with a lowercase letter or _, then letters, digits, _; at most 63 bytes.

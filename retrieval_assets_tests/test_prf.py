@@ -6,8 +6,12 @@ import bm25s
 import numpy as np
 import pytest
 
-from retrieval_assets import bm25, hybrid, pg, pipeline, store
-from retrieval_assets.embed import HashEmbedder
+from retrieval_assets import pg
+
+from retrieval_assets.index import bm25, store
+
+from retrieval_assets.search import hybrid, pipeline
+from retrieval_assets.index.embed import HashEmbedder
 from retrieval_assets.params import DEFAULT, PRF_TERMS_MAX, SEED, RetrievalParams
 from retrieval_assets.types import Hit, Ranked
 from retrieval_assets_tests.test_bm25 import lexeme_tokens, make, scratch  # noqa: F401 (fixture)
@@ -292,7 +296,7 @@ def test_describe_names_the_feedback():
 def test_shared_first_stages_keep_feedback_apart(indexed, schema, golden):
     """evaluate_pipelines' cache (diagnose's fusion-weight what-ifs) shares first-stage lists only
     between settings that give the same ones: with Rocchio the vector list follows the fusion weights."""
-    from retrieval_assets.evaluation import evaluate_pipelines
+    from retrieval_assets.evaluation.evaluate import evaluate_pipelines
 
     conn, embedder, _ = indexed
     retriever = pipeline.retriever(conn, schema, embedder, PRF)

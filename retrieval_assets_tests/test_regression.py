@@ -5,8 +5,10 @@ import pytest
 from psycopg import sql
 from scipy import stats
 
-from retrieval_assets import history, pg, regression
-from retrieval_assets.evaluation import Evaluation, QueryResult
+from retrieval_assets import pg
+
+from retrieval_assets.evaluation import history, regression
+from retrieval_assets.evaluation.evaluate import Evaluation, QueryResult
 from retrieval_assets.params import DEFAULT
 from retrieval_assets.types import Metrics
 

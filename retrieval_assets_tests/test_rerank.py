@@ -5,12 +5,12 @@ import math
 import numpy as np
 import pytest
 
-from retrieval_assets import hybrid, pipeline
-from retrieval_assets.embed import HashEmbedder
-from retrieval_assets.evaluation import evaluate_pipelines
+from retrieval_assets.search import hybrid, pipeline
+from retrieval_assets.index.embed import HashEmbedder
+from retrieval_assets.evaluation.evaluate import evaluate_pipelines
 from retrieval_assets.params import RetrievalParams
-from retrieval_assets.pipeline import Retriever
-from retrieval_assets.rerank import LexicalReranker, mmr
+from retrieval_assets.search.pipeline import Retriever
+from retrieval_assets.search.rerank import LexicalReranker, mmr
 from retrieval_assets.types import Chunk, Ranked
 
 

@@ -20,9 +20,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from psycopg import pq
 
-from retrieval_assets import bm25, hybrid, pg, pipeline, tsquery
+from retrieval_assets import pg
+
+from retrieval_assets.index import bm25
+
+from retrieval_assets.search import hybrid, pipeline, tsquery
 from retrieval_assets.params import DEFAULT, SEED, RetrievalParams, limit_query
-from retrieval_assets.tables import statement
+from retrieval_assets.index.tables import statement
 from retrieval_assets.types import Hit
 from retrieval_assets_tests.test_hybrid import HOSTILE, Spy
 

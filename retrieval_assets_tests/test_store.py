@@ -10,11 +10,15 @@ import pytest
 from pgvector.psycopg import register_vector
 from psycopg import sql
 
-from retrieval_assets import bm25, hybrid, pg, pipeline, store
-from retrieval_assets.embed import HashEmbedder
+from retrieval_assets import pg
+
+from retrieval_assets.index import bm25, store
+
+from retrieval_assets.search import hybrid, pipeline
+from retrieval_assets.index.embed import HashEmbedder
 from retrieval_assets.params import RetrievalParams, hnsw_ef_search
-from retrieval_assets.rerank import LexicalReranker
-from retrieval_assets.tables import statement
+from retrieval_assets.search.rerank import LexicalReranker
+from retrieval_assets.index.tables import statement
 from retrieval_assets.types import Chunk
 
 
@@ -170,7 +174,7 @@ def indexdefs(conn, schema):
 
 
 def test_bulk_load_into_an_empty_table_equals_the_row_by_row_sync(table, schema, corpus_documents, monkeypatch):
-    from retrieval_assets import chunker
+    from retrieval_assets.index import chunker
     from retrieval_assets_tests.test_bm25 import stats_from_scratch, stats_kept
 
     chunks = [c for d in corpus_documents for c in chunker.chunk(d)]
@@ -199,7 +203,7 @@ def test_bulk_load_into_an_empty_table_equals_the_row_by_row_sync(table, schema,
 
 
 def test_bulk_load_failing_half_way_leaves_the_empty_table_and_its_indexes(table, schema, corpus_documents, monkeypatch):
-    from retrieval_assets import chunker
+    from retrieval_assets.index import chunker
 
     chunks = [c for d in corpus_documents for c in chunker.chunk(d)]
     definitions = indexdefs(table, schema)
@@ -326,7 +330,7 @@ def test_the_vector_index_is_kept_only_when_its_recall_reaches_the_target(table,
     # the planner must use the graph at this size, as it does at 100k: else every search is exact
     table.execute("SET enable_seqscan = off")
     try:
-        with caplog.at_level("INFO", logger="retrieval_assets.store"):
+        with caplog.at_level("INFO", logger="retrieval_assets.index.store"):
             store.sync(table, schema, chunks, GaussianEmbedder(), recall_target=0.0)
         kept = store.vector_index(table, schema)
         assert kept.kind == "hnsw" and kept.sample == store.RECALL_SAMPLE and kept.ef_search == 50

@@ -16,7 +16,7 @@ from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict
 
 from retrieval_assets import pg
-from retrieval_assets.instance import sqlalchemy_url
+from retrieval_assets.defs.instance import sqlalchemy_url
 
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent

@@ -25,8 +25,12 @@ from pathlib import Path
 import yaml
 
 from benchmarks import common
-from retrieval_assets import answer, chunker, golden, pg, pipeline, store
-from retrieval_assets.embed import HashEmbedder
+from retrieval_assets import pg
+from retrieval_assets.answers import answer
+from retrieval_assets.corpus import golden
+from retrieval_assets.index import chunker, store
+from retrieval_assets.search import pipeline
+from retrieval_assets.index.embed import HashEmbedder
 from retrieval_assets.params import RetrievalParams
 
 

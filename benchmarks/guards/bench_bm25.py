@@ -23,9 +23,13 @@ import time
 from contextlib import contextmanager
 
 from benchmarks import common
-from retrieval_assets import benchmark_eval, bm25, datasets, hybrid, pg, store
-from retrieval_assets.embed import HashEmbedder
-from retrieval_assets.tables import statement
+from retrieval_assets import pg
+from retrieval_assets.corpus import datasets
+from retrieval_assets.evaluation import benchmark
+from retrieval_assets.index import bm25, store
+from retrieval_assets.search import hybrid
+from retrieval_assets.index.embed import HashEmbedder
+from retrieval_assets.index.tables import statement
 
 
 @contextmanager
@@ -125,7 +129,7 @@ def main(argv: list[str] | None = None) -> int:
         cranfield = None
         print(f"Cranfield skipped: {exc}")
     if cranfield is not None:
-        chunks = benchmark_eval.chunk_documents(cranfield.documents)
+        chunks = benchmark.chunk_documents(cranfield.documents)
         with pg.connect(args.dsn) as conn:
             overhead("Cranfield", conn, schema, chunks, args.repeats)
             store.sync(conn, schema, chunks, HashEmbedder())

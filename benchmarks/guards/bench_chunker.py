@@ -12,7 +12,7 @@ import statistics
 import time
 
 from benchmarks import common
-from retrieval_assets import chunker
+from retrieval_assets.index import chunker
 
 TARGET_S = 0.2
 

@@ -7,7 +7,7 @@ Targets: the current embedder >= 2x the previous one (cold and warm) and >= 10x 
 >= 3,000 chunks/s cold. Prints figures only; never asserts.
 
 Three embedders:
-  current    retrieval_assets.embed.HashEmbedder: a process-wide token cache shared by every
+  current    retrieval_assets.index.embed.HashEmbedder: a process-wide token cache shared by every
              instance, numpy bookkeeping (issue 18)
   previous   PreviousHashEmbedder below, the code of ab757c6 verbatim: per-instance caches, one
              Python step per token occurrence
@@ -42,7 +42,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from benchmarks import common
-from retrieval_assets import chunker
+from retrieval_assets.index import chunker
 
 if TYPE_CHECKING:
     import numpy as np
@@ -159,8 +159,8 @@ def compare(name: str, got: np.ndarray, want: np.ndarray) -> str:
 
 def variants(texts: list[str], distinct: list[str], batch: int) -> dict[str, tuple[int, Callable[[], None], Callable[[], np.ndarray]]]:
     """name -> (texts embedded, untimed preparation, the timed run) for one text set and batch size."""
-    from retrieval_assets import embed
-    from retrieval_assets.embed import HashEmbedder
+    from retrieval_assets.index import embed
+    from retrieval_assets.index.embed import HashEmbedder
 
     previous_warm = PreviousHashEmbedder(DIMS)
     batched(previous_warm, texts, batch)
@@ -185,7 +185,7 @@ def variants(texts: list[str], distinct: list[str], batch: int) -> dict[str, tup
 def bench(label: str, distinct: list[str], n_texts: int, repeats: int, ref_repeats: int, batches: tuple[int, ...]) -> None:
     import numpy as np
 
-    from retrieval_assets import embed
+    from retrieval_assets.index import embed
 
     texts = list(itertools.islice(itertools.cycle(distinct), n_texts))
     mean_len = sum(map(len, texts)) / len(texts)

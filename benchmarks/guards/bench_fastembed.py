@@ -23,9 +23,9 @@ from pathlib import Path
 import numpy as np
 
 from benchmarks import common
-from retrieval_assets.chunker import chunk, load_documents
-from retrieval_assets.fastembed_models import MINILM, FastEmbedder
-from retrieval_assets.pypi_models import minilm_model_dir
+from retrieval_assets.index.chunker import chunk, load_documents
+from retrieval_assets.index.fastembed_models import MINILM, FastEmbedder
+from retrieval_assets.index.pypi_models import minilm_model_dir
 
 
 class BareOnnx:

@@ -24,8 +24,12 @@ import numpy as np
 
 from benchmarks import common
 from benchmarks.guards.cranfield import machine
-from retrieval_assets import crossval, golden, partitions, pg, pipeline, store
-from retrieval_assets.metrics import ndcg_at_k, recall_at_k
+from retrieval_assets import partitions, pg
+from retrieval_assets.corpus import golden
+from retrieval_assets.evaluation import crossval
+from retrieval_assets.index import store
+from retrieval_assets.search import pipeline
+from retrieval_assets.evaluation.metrics import ndcg_at_k, recall_at_k
 from retrieval_assets.params import DEFAULT
 from retrieval_assets.types import Chunk
 

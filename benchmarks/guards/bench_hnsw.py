@@ -6,7 +6,7 @@ Run on a schema kept by scale (``uv run python -m benchmarks.guards.scale --size
 
 Each variant drops and rebuilds ``chunks_embedding_hnsw`` inside a transaction that is rolled
 back, so the kept index is untouched. Queries are the synthetic corpus' own
-(retrieval_assets.synthetic, same --topics as the kept schema); a hit counts when its distance is
+(retrieval_assets.corpus.synthetic, same --topics as the kept schema); a hit counts when its distance is
 within the exact 10th distance. Prints figures only.
 """
 
@@ -19,10 +19,11 @@ import psycopg
 from psycopg import sql
 
 from benchmarks import common
-from retrieval_assets import pg, store
-from retrieval_assets.embed import HashEmbedder
-from retrieval_assets.synthetic import Corpus
-from retrieval_assets.tables import statement
+from retrieval_assets import pg
+from retrieval_assets.index import store
+from retrieval_assets.index.embed import HashEmbedder
+from retrieval_assets.corpus.synthetic import Corpus
+from retrieval_assets.index.tables import statement
 
 VARIANTS = {  # name: (max_parallel_maintenance_workers, WITH options)
     "m 16, ef_construction 64 (pgvector's defaults), 2 workers": (2, ""),

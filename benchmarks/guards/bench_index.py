@@ -31,9 +31,10 @@ import numpy as np
 from psycopg import sql
 
 from benchmarks import common
-from retrieval_assets import chunker, pg, store
-from retrieval_assets.embed import Embedder, HashEmbedder
-from retrieval_assets.tables import CHUNK_COLUMNS, column_list, statement
+from retrieval_assets import pg
+from retrieval_assets.index import chunker, store
+from retrieval_assets.index.embed import Embedder, HashEmbedder
+from retrieval_assets.index.tables import CHUNK_COLUMNS, column_list, statement
 from retrieval_assets.types import Chunk
 
 TARGET_S = 2.0

@@ -21,10 +21,14 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     from psycopg import sql
 
-    from retrieval_assets import chunker, pg, pipeline, store
-    from retrieval_assets.embed import HashEmbedder
+    from retrieval_assets import pg
+
+    from retrieval_assets.index import chunker, store
+
+    from retrieval_assets.search import pipeline
+    from retrieval_assets.index.embed import HashEmbedder
     from retrieval_assets.params import DEFAULT
-    from retrieval_assets.rerank import LexicalReranker
+    from retrieval_assets.search.rerank import LexicalReranker
 
     common.print_machine()
     schema = common.bench_schema("limits")

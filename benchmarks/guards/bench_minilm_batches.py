@@ -20,8 +20,8 @@ import time
 import numpy as np
 
 from benchmarks import common
-from retrieval_assets.fastembed_models import MINILM, FastEmbedder
-from retrieval_assets.pypi_models import minilm_model_dir
+from retrieval_assets.index.fastembed_models import MINILM, FastEmbedder
+from retrieval_assets.index.pypi_models import minilm_model_dir
 
 BEFORE = 16  # FastEmbedder's batch size before the length order
 

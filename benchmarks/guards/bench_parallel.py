@@ -27,9 +27,11 @@ import time
 
 from benchmarks import common
 from benchmarks.guards.bench_search import PEER_OR_NARROW, peer
-from retrieval_assets import bm25, hybrid, partitions, pg, pipeline
+from retrieval_assets import partitions, pg
+from retrieval_assets.index import bm25
+from retrieval_assets.search import hybrid, pipeline
 from retrieval_assets.params import DEFAULT
-from retrieval_assets.synthetic import Corpus
+from retrieval_assets.corpus.synthetic import Corpus
 
 # bench_search's one-statement peer (pgvector-python's rrf.py style, the words ORed as ours take them, full
 # text on our fulltext copy) with its vector CTE on the exact scan's narrow copy: the same search as

@@ -23,7 +23,9 @@ from benchmarks import common
 
 
 def main(argv: list[str] | None = None) -> int:
-    from retrieval_assets import golden, params, partitions, pg, pipeline
+    from retrieval_assets import params, partitions, pg
+    from retrieval_assets.corpus import golden
+    from retrieval_assets.search import pipeline
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--passes", type=int, default=5)

@@ -16,9 +16,10 @@ import statistics
 import time
 
 from benchmarks import common
-from retrieval_assets import pg, store
-from retrieval_assets.embed import HashEmbedder
-from retrieval_assets.tables import statement
+from retrieval_assets import pg
+from retrieval_assets.index import store
+from retrieval_assets.index.embed import HashEmbedder
+from retrieval_assets.index.tables import statement
 
 
 def timed(conn, schema, chunks, embedder, full: bool) -> float:
@@ -52,7 +53,7 @@ def main(argv: list[str] | None = None) -> int:
         if store.table_dims(conn, args.scale_schema) is None:
             print(f"scale: no {args.scale_schema}; run `python -m benchmarks.guards.scale --sizes 100000 --keep` first")
         else:
-            from retrieval_assets.synthetic import Corpus
+            from retrieval_assets.corpus.synthetic import Corpus
 
             measure("scale", conn, args.scale_schema, list(Corpus(0, topics=300).chunks(100_000)), args.repeats)
     common.print_load_end()

@@ -3,7 +3,7 @@ pipeline (pipeline.run), and the whole golden-set evaluation.
 
 Run: uv run python -m benchmarks.guards.bench_search [--repeats 5] [--schema bench_search_hash]
 Targets: hybrid.search p50 < 10 ms and p95 < 25 ms; pipeline.run (fused 50, BM25, MMR) p50 < 25 ms;
-evaluation.evaluate_pipelines over the 48 golden queries (k=10, n=50) < 3 s.
+evaluate.evaluate_pipelines over the 48 golden queries (k=10, n=50) < 3 s.
 Prints figures only; never asserts. Indexes the corpus with the hash partition's embedder
 (HashEmbedder(256)) into its own schema (default ``bench_search_hash``, common.bench_schema;
 store.sync, so a re-run changes nothing), then times every golden query --repeats times on one
@@ -53,10 +53,13 @@ from pathlib import Path
 from psycopg import sql
 
 from benchmarks import common
-from retrieval_assets import evaluation, hybrid, pg, pipeline, rerank, store, tsquery
-from retrieval_assets.embed import HashEmbedder
+from retrieval_assets import pg
+from retrieval_assets.evaluation import evaluate
+from retrieval_assets.index import store
+from retrieval_assets.search import hybrid, pipeline, rerank, tsquery
+from retrieval_assets.index.embed import HashEmbedder
 from retrieval_assets.params import DEFAULT, RetrievalParams
-from retrieval_assets.tables import statement
+from retrieval_assets.index.tables import statement
 
 DIMS = 256
 PARAMS = RetrievalParams(k=10, n=50)  # the defaults, stated: fused 50, top 10, BM25 rerank, MMR 0.7
@@ -131,7 +134,7 @@ def modules_at(commit: str, names=("tsquery", "bm25", "hybrid")) -> dict:
     bm25 and hybrid import the older tsquery (the query parsing is part of what is timed), and the
     older hybrid is given the older bm25_search."""
     loaded, folder = {}, Path(tempfile.mkdtemp(prefix="bench-search-"))
-    current = sys.modules["retrieval_assets.tsquery"]
+    current = sys.modules["retrieval_assets.search.tsquery"]
     try:
         for name in names:
             path = folder / f"{name}.py"
@@ -140,10 +143,10 @@ def modules_at(commit: str, names=("tsquery", "bm25", "hybrid")) -> dict:
             spec = importlib.util.spec_from_file_location(f"at_{commit}_{name}", path)
             loaded[name] = importlib.util.module_from_spec(spec)
             spec.loader.exec_module(loaded[name])
-            if name == "tsquery":  # what ``from retrieval_assets.tsquery import ...`` finds while the others load
-                sys.modules["retrieval_assets.tsquery"] = loaded[name]
+            if name == "tsquery":  # what ``from retrieval_assets.search.tsquery import ...`` finds while the others load
+                sys.modules["retrieval_assets.search.tsquery"] = loaded[name]
     finally:
-        sys.modules["retrieval_assets.tsquery"] = current
+        sys.modules["retrieval_assets.search.tsquery"] = current
     loaded["hybrid"].LEXICAL["bm25"] = loaded["bm25"].bm25_search
     return loaded
 
@@ -281,17 +284,17 @@ def main(argv: list[str] | None = None) -> int:
 
     # the whole evaluation, as the eval_run asset runs it
     walls, ev = [], None
-    evaluation.evaluate_pipelines(conn, retriever, golden, PARAMS)  # warm-up
+    evaluate.evaluate_pipelines(conn, retriever, golden, PARAMS)  # warm-up
     for _ in range(args.repeats):
         gc.collect()
         start = time.perf_counter()
-        ev = evaluation.evaluate_pipelines(conn, retriever, golden, PARAMS)
+        ev = evaluate.evaluate_pipelines(conn, retriever, golden, PARAMS)
         walls.append(time.perf_counter() - start)
     cold = []
     for _ in range(args.repeats):
         gc.collect()
         start = time.perf_counter()
-        evaluation.evaluate_pipelines(conn, pipeline.Retriever(schema, HashEmbedder(DIMS), rerank.LexicalReranker()), golden, PARAMS)
+        evaluate.evaluate_pipelines(conn, pipeline.Retriever(schema, HashEmbedder(DIMS), rerank.LexicalReranker()), golden, PARAMS)
         cold.append(time.perf_counter() - start)
     print(f"\nevaluation.evaluate_pipelines, {len(golden)} queries, k={PARAMS.k} n={PARAMS.n}: best {min(walls):.3f} s, median "
           f"{statistics.median(walls):.3f} s (runs: {', '.join(f'{w:.3f}' for w in walls)})  "

@@ -2,7 +2,7 @@
 
 Run: uv run python -m benchmarks.guards.bench_storage [--chunks 10000] [--queries 50]
 Issue 18: the 1 KB hash embedding (256 float32) sits out of line in TOAST, so each row read
-fetches it separately. Two tables of the same synthetic chunks (retrieval_assets/synthetic.py,
+fetches it separately. Two tables of the same synthetic chunks (retrieval_assets/corpus/synthetic.py,
 hash embedder), one with the column as EXTENDED and one as PLAIN, then, alternating per query:
 the HNSW vector query (top 50), the rerank fetch of 50 rows with their embeddings
 (``pipeline.fetch``), and an exact scan (top 10, index scans off). Prints medians; asserts nothing.
@@ -25,10 +25,14 @@ def main(argv: list[str] | None = None) -> int:
     import numpy as np
     from psycopg import sql
 
-    from retrieval_assets import pg, pipeline, store
-    from retrieval_assets.embed import HashEmbedder
-    from retrieval_assets.synthetic import Corpus
-    from retrieval_assets.tables import statement
+    from retrieval_assets import pg
+
+    from retrieval_assets.index import store
+
+    from retrieval_assets.search import pipeline
+    from retrieval_assets.index.embed import HashEmbedder
+    from retrieval_assets.corpus.synthetic import Corpus
+    from retrieval_assets.index.tables import statement
 
     common.print_machine()
     embedder = HashEmbedder(256)

@@ -26,9 +26,13 @@ import argparse
 
 from benchmarks import common
 from benchmarks.guards.bench_search import compare, modules_at, pairwise, per_query
-from retrieval_assets import benchmark_eval, datasets, hybrid, partitions, pg, pipeline, store, synthetic
+from retrieval_assets import partitions, pg
+from retrieval_assets.corpus import datasets, synthetic
+from retrieval_assets.evaluation import benchmark
+from retrieval_assets.index import store
+from retrieval_assets.search import hybrid, pipeline
 from retrieval_assets.params import RetrievalParams
-from retrieval_assets.tables import exists
+from retrieval_assets.index.tables import exists
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -62,7 +66,7 @@ def main(argv: list[str] | None = None) -> int:
         queries = [" ".join(c.text.split()[:80]) for c in chunks[::9]]
     else:
         bench = datasets.load_cranfield(args.data)
-        chunks, sync = benchmark_eval.index_benchmark(conn, schema, bench, embedder)
+        chunks, sync = benchmark.index_benchmark(conn, schema, bench, embedder)
         queries = list(bench.queries.values())
         report = f"{len(chunks)} chunks ({sync})"
     kinds = {"plain words": [q for q in queries if hybrid.plain_words(conn, q)]}

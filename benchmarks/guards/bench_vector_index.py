@@ -46,8 +46,8 @@ from psycopg import sql
 
 from benchmarks import common
 from retrieval_assets import partitions, pg
-from retrieval_assets.embed import HashEmbedder
-from retrieval_assets.synthetic import Corpus
+from retrieval_assets.index.embed import HashEmbedder
+from retrieval_assets.corpus.synthetic import Corpus
 
 SCHEMA = "bench_vindex"
 CHUNKS_PER_DOC = 430 / 32  # the fixture corpus: 430 chunks of 32 documents

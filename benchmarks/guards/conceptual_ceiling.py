@@ -18,7 +18,10 @@ import argparse
 import itertools
 
 from benchmarks import common
-from retrieval_assets import evaluation, partitions, pg, pipeline, store
+from retrieval_assets import partitions, pg
+from retrieval_assets.evaluation import evaluate
+from retrieval_assets.index import store
+from retrieval_assets.search import pipeline
 from retrieval_assets.params import DEFAULT, FUSION, LEXICAL, RetrievalParams
 
 WEIGHTS = [i / 10 for i in range(11)]
@@ -56,7 +59,7 @@ def main(argv: list[str] | None = None) -> int:
 
         def score(params: RetrievalParams, cache: dict) -> tuple[float, float]:
             retriever = pipeline.retriever(conn, schema, embedder, params)
-            return conceptual(evaluation.evaluate_pipelines(conn, retriever, golden_set, params, first_stage_cache=cache))
+            return conceptual(evaluate.evaluate_pipelines(conn, retriever, golden_set, params, first_stage_cache=cache))
 
         caches = {lexical: {} for lexical in LEXICAL}
         alone = score(RetrievalParams(lexical="bm25", fusion="minmax", weights=(1.0, 0.0), rerank=False, mmr_lambda=None), {})

@@ -11,8 +11,8 @@ Each embedder's chunk table lives in a scratch schema (``bench_cranfield_<embedd
 embedded Postgres (or ``$RETRIEVAL_DSN``); ``store.sync`` re-embeds nothing already stored, so
 a re-run skips the embedding. Documents are title + abstract, cut by our chunker; a document
 ranks where its best chunk ranks. Metrics: nDCG@10, recall@100 and MRR (over the whole list,
-to depth 100), binary relevance (cranqrel codes 1..4), from ``retrieval_assets.metrics`` through
-``retrieval_assets.benchmark_eval`` and cross-checked per query against pytrec_eval. The bm25s peer (k1=1.2, b=0.75, English stop
+to depth 100), binary relevance (cranqrel codes 1..4), from ``retrieval_assets.evaluation.metrics`` through
+``retrieval_assets.evaluation.benchmark`` and cross-checked per query against pytrec_eval. The bm25s peer (k1=1.2, b=0.75, English stop
 words, PyStemmer English) is computed in the same run over the same document texts.
 Writes the table to benchmarks/results/cranfield.md (``--out``).
 """
@@ -30,9 +30,11 @@ from pathlib import Path
 import numpy as np
 
 from benchmarks import common
-from retrieval_assets import benchmark_eval, datasets, partitions, pg
+from retrieval_assets import partitions, pg
+from retrieval_assets.corpus import datasets
+from retrieval_assets.evaluation import benchmark
 from retrieval_assets.params import DEFAULT
-from retrieval_assets.tables import statement
+from retrieval_assets.index.tables import statement
 
 DEFAULT_DATA = datasets.DEFAULT_CRANFIELD  # $CRANFIELD_DIR, else ../shared/benchmarks/cranfield
 DEFAULT_OUT = common.RESULTS / "cranfield.md"
@@ -52,7 +54,7 @@ def machine() -> str:
     return f"{cpu}, {os.cpu_count()} cores ({usable} usable){mem}, {platform.system()} {platform.release()}, Python {platform.python_version()}"
 
 
-def paired_difference(ours: benchmark_eval.RankerScores, peer: benchmark_eval.RankerScores, resamples: int = 10_000) -> tuple[float, float, float, int, int]:
+def paired_difference(ours: benchmark.RankerScores, peer: benchmark.RankerScores, resamples: int = 10_000) -> tuple[float, float, float, int, int]:
     """nDCG@k of ``ours`` minus the peer's, paired by query: (mean, 95% bootstrap low, high, wins, losses)."""
     qids = sorted(ours.per_query)
     diff = np.array([ours.per_query[q][0] - peer.per_query[q][0] for q in qids])
@@ -89,8 +91,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--embedders", nargs="+", default=["hash", "minilm"])
     parser.add_argument("--k", type=int, default=10, help="nDCG cut-off")
     parser.add_argument("--depth", type=int, default=100, help="documents per ranked list (recall cut-off)")
-    parser.add_argument("--n", type=int, default=benchmark_eval.CRANFIELD.n, help="chunks per first-stage list and in the fused pool")
-    parser.add_argument("--mmr-lambda", type=float, default=benchmark_eval.CRANFIELD.mmr_lambda)
+    parser.add_argument("--n", type=int, default=benchmark.CRANFIELD.n, help="chunks per first-stage list and in the fused pool")
+    parser.add_argument("--mmr-lambda", type=float, default=benchmark.CRANFIELD.mmr_lambda)
     parser.add_argument("--schema-prefix", default=None, help="before each scratch schema name bench_cranfield_<embedder> "
                         "(default: none, 'stripped_' with --strip-title)")
     parser.add_argument("--strip-title", action="store_true", help="drop the abstract's repeat of the title (the text is "
@@ -113,17 +115,17 @@ def main(argv: list[str] | None = None) -> int:
         f"{sum(map(len, judged.values()))} relevant judgements over {len(judged)} queries")
 
     started = time.perf_counter()
-    rows: list[tuple[str, benchmark_eval.RankerScores]] = []
-    params = benchmark_eval.CRANFIELD.with_(k=args.n, n=args.n, mmr_lambda=args.mmr_lambda)
+    rows: list[tuple[str, benchmark.RankerScores]] = []
+    params = benchmark.CRANFIELD.with_(k=args.n, n=args.n, mmr_lambda=args.mmr_lambda)
     notes: list[str] = []
     checks: dict[str, float] = {}
 
     start = time.perf_counter()
-    peer = {"bm25s": benchmark_eval.bm25s_ranker(bench.documents, k1=1.2, b=0.75, depth=args.depth)}
+    peer = {"bm25s": benchmark.bm25s_ranker(bench.documents, k1=1.2, b=0.75, depth=args.depth)}
     peer_index_s = time.perf_counter() - start
-    peer_scores = benchmark_eval.evaluate_rankers(bench, peer, k=args.k, depth=args.depth)
+    peer_scores = benchmark.evaluate_rankers(bench, peer, k=args.k, depth=args.depth)
     rows.append(("peer", peer_scores["bm25s"]))
-    checks.update({f"peer/{name}": diff for name, diff in benchmark_eval.trec_eval_check(bench, peer_scores, k=args.k, depth=args.depth).items()})
+    checks.update({f"peer/{name}": diff for name, diff in benchmark.trec_eval_check(bench, peer_scores, k=args.k, depth=args.depth).items()})
     notes.append(f"peer bm25s: indexed {len(bench.documents)} documents in {peer_index_s:.2f} s")
     log(notes[-1])
 
@@ -134,21 +136,21 @@ def main(argv: list[str] | None = None) -> int:
             common.drop_schema(args.dsn, schema)
         with pg.connect(args.dsn) as conn:
             start = time.perf_counter()
-            chunks, report = benchmark_eval.index_benchmark(conn, schema, bench, embedder)
+            chunks, report = benchmark.index_benchmark(conn, schema, bench, embedder)
             index_s = time.perf_counter() - start
             notes.append(f"{key} ({embedder.name}): {len(chunks)} chunks from {len({c.doc_id for c in chunks})} documents "
                          f"in schema {schema}; sync {index_s:.1f} s ({report.embedded} texts embedded, {report.unchanged} unchanged)")
             log(notes[-1])
-            rankers = benchmark_eval.our_rankers(conn, schema, embedder, chunks, params=params, depth=args.depth)
-            rankers["default pipeline"] = benchmark_eval.params_ranker(conn, schema, embedder, chunks,
+            rankers = benchmark.our_rankers(conn, schema, embedder, chunks, params=params, depth=args.depth)
+            rankers["default pipeline"] = benchmark.params_ranker(conn, schema, embedder, chunks,
                                                                        DEFAULT.with_(k=args.n, n=args.n), depth=args.depth)
-            scores = benchmark_eval.evaluate_rankers(bench, rankers, k=args.k, depth=args.depth, progress=lambda m, key=key: log(f"  {key}: {m}"))
+            scores = benchmark.evaluate_rankers(bench, rankers, k=args.k, depth=args.depth, progress=lambda m, key=key: log(f"  {key}: {m}"))
             recall = hnsw_recall(conn, schema, embedder, list(bench.queries.values()))
             notes.append(f"{key}: HNSW recall@10 against exact search on the {len(bench.queries)} queries (index forced): "
                          + ", ".join(f"ef_search {ef}: {r:.3f}" for ef, r in recall.items()))
             log(notes[-1])
         rows.extend((key, s) for s in scores.values())
-        checks.update({f"{key}/{name}": diff for name, diff in benchmark_eval.trec_eval_check(bench, scores, k=args.k, depth=args.depth).items()})
+        checks.update({f"{key}/{name}": diff for name, diff in benchmark.trec_eval_check(bench, scores, k=args.k, depth=args.depth).items()})
 
     paired = {(label, s.name): paired_difference(s, rows[0][1]) for label, s in rows[1:]}
     table = "\n".join([

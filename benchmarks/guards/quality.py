@@ -37,10 +37,14 @@ import numpy as np
 
 from benchmarks import common
 from benchmarks.guards.cranfield import machine, paired_difference
-from retrieval_assets import benchmark_eval, bm25, crossval, datasets, golden, partitions, pg, pipeline, store
-from retrieval_assets.metrics import ndcg_at_k, recall_at_k
+from retrieval_assets import partitions, pg
+from retrieval_assets.corpus import datasets, golden
+from retrieval_assets.evaluation import benchmark, crossval
+from retrieval_assets.index import bm25, store
+from retrieval_assets.search import pipeline
+from retrieval_assets.evaluation.metrics import ndcg_at_k, recall_at_k
 from retrieval_assets.params import FUSION, LEXICAL, RERANK_IDF, SEED, RetrievalParams, limit_query
-from retrieval_assets.rerank import CorpusStats, LexicalReranker
+from retrieval_assets.search.rerank import CorpusStats, LexicalReranker
 
 DEFAULT_OUT = common.RESULTS / "quality.md"
 ALPHAS = tuple(round(a, 1) for a in np.linspace(0, 1, 11))
@@ -126,7 +130,7 @@ class Scorer:
                              first_stage=self.traces.get(key), rows=self.rows)
         self.traces.setdefault(key, trace)
         ids = [r.chunk_id for r in trace.final]
-        return benchmark_eval.to_documents(ids, self.chunk_doc, self.depth) if self.chunk_doc else ids
+        return benchmark.to_documents(ids, self.chunk_doc, self.depth) if self.chunk_doc else ids
 
     def trace(self, i: int, params: RetrievalParams) -> pipeline.Trace:
         """The run of query ``i`` without feedback, kept as the first stage of every later run."""
@@ -170,7 +174,7 @@ def main(argv: list[str] | None = None) -> int:
     bench = datasets.load_cranfield(args.data)
     rel = bench.relevant()
     qids = [q for q in bench.queries if q in rel]
-    peer_rank = benchmark_eval.bm25s_ranker(bench.documents, depth=100)
+    peer_rank = benchmark.bm25s_ranker(bench.documents, depth=100)
     peer_runs = [peer_rank(bench.queries[q]) for q in qids]
     peer_ndcg = np.array([ndcg_at_k(r, rel[q], 10) for r, q in zip(peer_runs, qids)])
     peer_recall = np.array([recall_at_k(r, rel[q], 100) for r, q in zip(peer_runs, qids)])
@@ -182,10 +186,10 @@ def main(argv: list[str] | None = None) -> int:
     for key in args.embedders:
         embedder = partitions.embedder(key)
         schema = partitions.schema_name(key, "cranfield")
-        chunks, report = benchmark_eval.index_benchmark(conn, schema, bench, embedder)
+        chunks, report = benchmark.index_benchmark(conn, schema, bench, embedder)
         log(f"cranfield/{key}: {len(chunks)} chunks in {schema} ({report})")
         scorers["cranfield", key] = Scorer(conn, schema, embedder, chunks, [bench.queries[q] for q in qids], [rel[q] for q in qids],
-                                           benchmark_eval.CRANFIELD, chunk_doc={c.chunk_id: c.doc_id for c in chunks})
+                                           benchmark.CRANFIELD, chunk_doc={c.chunk_id: c.doc_id for c in chunks})
         gschema = common.bench_schema("quality", key)
         store.create(conn, gschema, embedder.dims)
         log(f"golden/{key}: {store.sync(conn, gschema, fixture_chunks, embedder)} in {gschema}")
@@ -247,8 +251,8 @@ def main(argv: list[str] | None = None) -> int:
     def paired(a: np.ndarray, b: np.ndarray) -> tuple:
         ids = list(range(len(a)))
         return paired_difference(
-            benchmark_eval.RankerScores("a", len(a), 0, 0, 0, 0, per_query={q: (v, 0, 0) for q, v in zip(ids, a)}),
-            benchmark_eval.RankerScores("b", len(b), 0, 0, 0, 0, per_query={q: (v, 0, 0) for q, v in zip(ids, b)}))
+            benchmark.RankerScores("a", len(a), 0, 0, 0, 0, per_query={q: (v, 0, 0) for q, v in zip(ids, a)}),
+            benchmark.RankerScores("b", len(b), 0, 0, 0, 0, per_query={q: (v, 0, 0) for q, v in zip(ids, b)}))
 
     notes = []
     for e in args.embedders:

@@ -11,7 +11,7 @@ so its peak memory (``ru_maxrss``) is its own, and in its own schema ``bench_sca
 (``common.scale_schema``) of the embedded Postgres (or ``$RETRIEVAL_DSN``), dropped first (and
 afterwards unless ``--keep``). Per size, with the hash embedder:
 
-1. ``store.create``, then the synthetic corpus (retrieval_assets/synthetic.py, ``--topics``
+1. ``store.create``, then the synthetic corpus (retrieval_assets/corpus/synthetic.py, ``--topics``
    subjects; ``--topics 0`` for independent words) is generated and chunked.
 2. Index: one ``store.sync`` call with every chunk, as the ``chunk_index`` asset makes it. From
    ``store.BULK_MIN`` chunks into an empty table that is the bulk load (embeddings streamed per
@@ -103,11 +103,13 @@ class PhaseLog(logging.Handler):
 
 def run_size(size: int, *, queries: int, keep: bool, dsn: str | None, seed: int, topics: int, vectors: str = "hash") -> dict:
     """One size, in this process: returns the measurements as a dict."""
-    from retrieval_assets import bm25, hybrid, pg, pipeline, store, tsquery
-    from retrieval_assets.embed import HashEmbedder
+    from retrieval_assets import pg
+    from retrieval_assets.index import bm25, store
+    from retrieval_assets.search import hybrid, pipeline, tsquery
+    from retrieval_assets.index.embed import HashEmbedder
     from retrieval_assets.params import SEED, RetrievalParams, hnsw_ef_search
-    from retrieval_assets.synthetic import Corpus
-    from retrieval_assets.tables import statement
+    from retrieval_assets.corpus.synthetic import Corpus
+    from retrieval_assets.index.tables import statement
 
     schema = common.scale_schema(size, "hash" if vectors == "hash" else "minilm")
     out: dict = {"chunks": size, "schema": schema, "topics": topics, "vectors": vectors, "load_before": loadavg()}
@@ -123,8 +125,8 @@ def run_size(size: int, *, queries: int, keep: bool, dsn: str | None, seed: int,
         embedder = StandinEmbedder(real, fit_spread(real))
     timed = TimedEmbedder(embedder)
     phases = PhaseLog()
-    logging.getLogger("retrieval_assets.store").addHandler(phases)
-    logging.getLogger("retrieval_assets.store").setLevel(logging.INFO)
+    logging.getLogger("retrieval_assets.index.store").addHandler(phases)
+    logging.getLogger("retrieval_assets.index.store").setLevel(logging.INFO)
     with pg.connect(dsn) as conn:
         out["postgres"] = conn.execute("SHOW server_version").fetchone()[0]
         out["pgvector"] = conn.execute("SELECT extversion FROM pg_extension WHERE extname = 'vector'").fetchone()[0]
@@ -303,7 +305,7 @@ def markdown(results: list[dict], info: dict) -> str:
         + "; ".join(f"{_label(r['chunks'])}: {r.get('load_before', '?')} -> {r.get('load_after', '?')}" for r in results) + ".",
         f"Reproduce: `uv run python -m benchmarks.guards.scale{'' if big.get('topics', 0) == 300 else ' --topics %d' % big.get('topics', 0)}"
         f"{'' if big.get('vectors', 'hash') == 'hash' else ' --vectors standin'}` "
-        f"(synthetic corpus of retrieval_assets/synthetic.py, seed 0, {big.get('topics', 0)} topics; "
+        f"(synthetic corpus of retrieval_assets/corpus/synthetic.py, seed 0, {big.get('topics', 0)} topics; "
         + ("hash embedder, 256 dims)." if big.get("vectors", "hash") == "hash" else
            "vectors of a stand-in with MiniLM's geometry, 384 dims: benchmarks/results/vector_index.md)."),
         "",

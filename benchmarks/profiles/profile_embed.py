@@ -22,7 +22,7 @@ import pstats
 import time
 
 from benchmarks import common
-from retrieval_assets import chunker
+from retrieval_assets.index import chunker
 
 
 def cpu(fn, repeats: int) -> float:
@@ -46,7 +46,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cprofile", action="store_true", help="also print cProfile's top functions, cold and warm")
     args = parser.parse_args(argv)
     threads = common.single_thread()  # before numpy is imported
-    from retrieval_assets.embed import _WORD, HashEmbedder, clear_cache
+    from retrieval_assets.index.embed import _WORD, HashEmbedder, clear_cache
 
     common.print_machine({"threads": threads})
 

@@ -1,7 +1,7 @@
 """Where store.sync's time goes, statement by statement, and two candidate changes beside it.
 
 Run: uv run python -m benchmarks.profiles.profile_index [--repeats 3] [--rows 5000]
-Not the project's code: the candidates are proposals for retrieval_assets/store.py, measured in a
+Not the project's code: the candidates are proposals for retrieval_assets/index/store.py, measured in a
 scratch schema (``bench_profile_index_hash``, common.bench_schema, dropped at the end). Prints
 figures only; never asserts. store.sync is called unchanged, on a connection proxy that times
 every ``execute`` (psycopg's execute returns once the server has answered, so a statement's time
@@ -34,9 +34,10 @@ from collections import defaultdict
 from psycopg import sql
 
 from benchmarks import common
-from retrieval_assets import chunker, pg, store
-from retrieval_assets.embed import HashEmbedder
-from retrieval_assets.tables import statement
+from retrieval_assets import pg
+from retrieval_assets.index import chunker, store
+from retrieval_assets.index.embed import HashEmbedder
+from retrieval_assets.index.tables import statement
 from retrieval_assets.types import Chunk
 
 DIMS = 256

@@ -6,8 +6,12 @@ import time
 
 import dagster as dg
 
-from retrieval_assets import answer, claude, partitions, pipeline
-from retrieval_assets.citations import invalid_citations
+from retrieval_assets import partitions
+
+from retrieval_assets.answers import answer, claude
+
+from retrieval_assets.search import pipeline
+from retrieval_assets.answers.citations import invalid_citations
 from retrieval_assets.defs.partitions import embedders
 from retrieval_assets.defs.resources import CorpusResource, PostgresResource
 

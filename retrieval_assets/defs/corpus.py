@@ -8,7 +8,9 @@ import statistics
 
 import dagster as dg
 
-from retrieval_assets import chunker, golden
+from retrieval_assets.corpus import golden
+
+from retrieval_assets.index import chunker
 from retrieval_assets.defs.resources import CorpusResource, user_errors
 from retrieval_assets.types import Chunk, Document
 

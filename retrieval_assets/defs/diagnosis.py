@@ -5,10 +5,14 @@ from pathlib import Path
 
 import dagster as dg
 
-from retrieval_assets import diagnose, partitions, pipeline
+from retrieval_assets import partitions
+
+from retrieval_assets.evaluation import diagnose
+
+from retrieval_assets.search import pipeline
 from retrieval_assets.defs.partitions import embedders
 from retrieval_assets.defs.resources import CorpusResource, PostgresResource, user_errors
-from retrieval_assets.evaluation import Evaluation
+from retrieval_assets.evaluation.evaluate import Evaluation
 from retrieval_assets.types import Chunk, Document, GoldenQuery
 
 

@@ -4,7 +4,11 @@ import hashlib
 
 import dagster as dg
 
-from retrieval_assets import evaluation, history, params, partitions, pipeline, regression
+from retrieval_assets import params, partitions
+
+from retrieval_assets.evaluation import evaluate, history, regression
+
+from retrieval_assets.search import pipeline
 from retrieval_assets.defs.partitions import embedders
 from retrieval_assets.defs.resources import CorpusResource, PostgresResource, user_errors
 from retrieval_assets.params import DEFAULT
@@ -67,7 +71,7 @@ def _r(value: float) -> float:
     return round(float(value), 4)
 
 
-def _grouped_metadata(evaluations: dict[str, evaluation.Evaluation]) -> dict:
+def _grouped_metadata(evaluations: dict[str, evaluate.Evaluation]) -> dict:
     """``<pipeline>/<stage>/<metric>`` for every named pipeline and stage, then the pool and latency figures."""
     out: dict = {}
     for name, ev in evaluations.items():
@@ -80,7 +84,7 @@ def _grouped_metadata(evaluations: dict[str, evaluation.Evaluation]) -> dict:
     return out
 
 
-def _by_kind_table(evaluations: dict[str, evaluation.Evaluation]) -> str:
+def _by_kind_table(evaluations: dict[str, evaluate.Evaluation]) -> str:
     rows = ["| pipeline | stage | kind | queries | recall@k | precision@k | MRR | nDCG@k |", "|---|---|---|---|---|---|---|---|"]
     for variant, ev in evaluations.items():
         for stage, m in ev.metrics.items():
@@ -143,7 +147,7 @@ def eval_run(context: dg.AssetExecutionContext, config: EvalConfig, postgres: Po
         schema = postgres.schema(key, corpus=corpus.key)
         for name, variant in variants.items():
             context.log.info(f"eval_run {key}: pipeline {name}: {variant.describe()}")
-            evaluations[name] = evaluation.evaluate_pipelines(conn, pipeline.retriever(conn, schema, embedder, variant),
+            evaluations[name] = evaluate.evaluate_pipelines(conn, pipeline.retriever(conn, schema, embedder, variant),
                                                               golden_queries, variant, progress=context.log.info)
         for name, ev in evaluations.items():
             history.record_run(conn, postgres.history_schema, ev, run_id=context.run.run_id, partition=key, embedder=embedder.name,
@@ -211,7 +215,7 @@ def embedder_comparison(context: dg.AssetExecutionContext, postgres: PostgresRes
 def eval_trend(context: dg.AssetExecutionContext, postgres: PostgresResource, corpus: CorpusResource) -> dg.MaterializeResult:
     import base64
 
-    from retrieval_assets import trend
+    from retrieval_assets.evaluation import trend
 
     with user_errors("eval_trend"), postgres.connect() as conn:
         rows = history.trend(conn, postgres.history_schema, corpus.key, DEFAULT_PIPELINE)

@@ -4,7 +4,9 @@ import time
 
 import dagster as dg
 
-from retrieval_assets import partitions, store
+from retrieval_assets import partitions
+
+from retrieval_assets.index import store
 from retrieval_assets.defs.partitions import embedders
 from retrieval_assets.defs.resources import CorpusResource, PostgresResource, user_errors
 from retrieval_assets.types import Chunk

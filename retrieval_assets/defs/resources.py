@@ -10,10 +10,12 @@ from pathlib import Path
 import dagster as dg
 import psycopg
 
-from retrieval_assets import partitions, pg, store
-from retrieval_assets.chunker import CorpusError
-from retrieval_assets.fastembed_models import ModelUnavailableError
-from retrieval_assets.golden import GoldenError
+from retrieval_assets import partitions, pg
+
+from retrieval_assets.index import store
+from retrieval_assets.index.chunker import CorpusError
+from retrieval_assets.index.fastembed_models import ModelUnavailableError
+from retrieval_assets.corpus.golden import GoldenError
 
 
 class CorpusResource(dg.ConfigurableResource):

@@ -15,7 +15,7 @@ import psycopg
 import yaml
 from psycopg.rows import dict_row
 
-from retrieval_assets.tables import chunk_of, column_list, statement
+from retrieval_assets.index.tables import chunk_of, column_list, statement
 from retrieval_assets.types import Chunk, Document, GoldenQuery
 
 KINDS = ("factual", "conceptual", "lexical")

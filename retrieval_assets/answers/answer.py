@@ -16,11 +16,11 @@ from collections.abc import Sequence
 import numpy as np
 import psycopg
 
-from retrieval_assets import pipeline
-from retrieval_assets.citations import MARKER, REFUSAL, check, is_refusal, line_sentences
+from retrieval_assets.search import pipeline
+from retrieval_assets.answers.citations import MARKER, REFUSAL, check, is_refusal, line_sentences
 from retrieval_assets.params import DEFAULT, RetrievalParams
-from retrieval_assets.pipeline import Retriever
-from retrieval_assets.rerank import LexicalReranker
+from retrieval_assets.search.pipeline import Retriever
+from retrieval_assets.search.rerank import LexicalReranker
 from retrieval_assets.types import Answer, Chunk, Draft, Faithfulness
 
 # A BM25 score of the LexicalReranker with the pool's idf: the top support among a question's sources

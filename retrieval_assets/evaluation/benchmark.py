@@ -17,12 +17,14 @@ from dataclasses import dataclass, field
 
 import psycopg
 
-from retrieval_assets import chunker, pipeline, store
-from retrieval_assets.datasets import Benchmark
-from retrieval_assets.embed import Embedder
-from retrieval_assets.metrics import mrr, ndcg_at_k, recall_at_k
+from retrieval_assets.index import chunker, store
+
+from retrieval_assets.search import pipeline
+from retrieval_assets.corpus.datasets import Benchmark
+from retrieval_assets.index.embed import Embedder
+from retrieval_assets.evaluation.metrics import mrr, ndcg_at_k, recall_at_k
 from retrieval_assets.params import LEXICAL, SEED, RetrievalParams
-from retrieval_assets.rerank import CorpusStats, LexicalReranker
+from retrieval_assets.search.rerank import CorpusStats, LexicalReranker
 from retrieval_assets.types import Chunk, Document
 
 Ranker = Callable[[str], Sequence[str]]

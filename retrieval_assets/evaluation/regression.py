@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import psycopg
 
-from retrieval_assets import history
+from retrieval_assets.evaluation import history
 
 
 def paired_bootstrap(diffs: np.ndarray, *, resamples: int = 10_000, confidence: float = 0.95,

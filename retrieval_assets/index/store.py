@@ -31,11 +31,13 @@ import psycopg
 from pgvector import HalfVector
 from psycopg import pq, sql
 
-from retrieval_assets import bm25, pg
-from retrieval_assets.embed import Embedder
+from retrieval_assets import pg
+
+from retrieval_assets.index import bm25
+from retrieval_assets.index.embed import Embedder
 from retrieval_assets.params import DEFAULT, hnsw_ef_search
 from retrieval_assets.progress import Progress
-from retrieval_assets.tables import CHUNK_COLUMNS, TABLES, column_list, exists, statement
+from retrieval_assets.index.tables import CHUNK_COLUMNS, TABLES, column_list, exists, statement
 from retrieval_assets.types import Chunk
 
 log = logging.getLogger(__name__)

@@ -23,11 +23,13 @@ import psycopg
 from psycopg import pq
 from psycopg.rows import dict_row
 
-from retrieval_assets import hybrid, store
-from retrieval_assets.embed import Embedder
+from retrieval_assets.index import store
+
+from retrieval_assets.search import hybrid
+from retrieval_assets.index.embed import Embedder
 from retrieval_assets.params import DEFAULT, MAX_QUERY_CHARS, MAX_QUERY_TERMS, RetrievalParams, hnsw_ef_search, limit_query
-from retrieval_assets.rerank import CorpusStats, LexicalReranker, Reranker, blend, mmr
-from retrieval_assets.tables import chunk_of, column_list, statement
+from retrieval_assets.search.rerank import CorpusStats, LexicalReranker, Reranker, blend, mmr
+from retrieval_assets.index.tables import chunk_of, column_list, statement
 from retrieval_assets.types import Chunk, Hit, Ranked
 
 

@@ -22,8 +22,8 @@ import numpy as np
 import psycopg
 from psycopg import sql
 
-from retrieval_assets.tables import exists, statement
-from retrieval_assets.tsquery import LEXEMES, PARSED, clean
+from retrieval_assets.index.tables import exists, statement
+from retrieval_assets.search.tsquery import LEXEMES, PARSED, clean
 from retrieval_assets.types import Hit
 
 

@@ -18,8 +18,8 @@ import psycopg
 from psycopg import sql
 from psycopg.rows import dict_row
 
-from retrieval_assets.evaluation import Evaluation
-from retrieval_assets.metrics import score_query
+from retrieval_assets.evaluation.evaluate import Evaluation
+from retrieval_assets.evaluation.metrics import score_query
 from retrieval_assets.partitions import FIXTURE
 
 # eval_runs columns written by record_run, with their types (id and created_at are filled in)
@@ -52,7 +52,7 @@ def _columns_sql(columns: Mapping[str, str]) -> sql.Composed:
 def _ensure(conn: psycopg.Connection, schema: str) -> None:
     """Create ``schema.eval_runs`` if missing and add the columns an older table lacks (idempotent;
     in the caller's transaction, under a lock that serialises concurrent callers)."""
-    conn.execute("SELECT pg_advisory_xact_lock(hashtext('retrieval_assets.history:' || %s))", (schema,))
+    conn.execute("SELECT pg_advisory_xact_lock(hashtext('retrieval_assets.evaluation.history:' || %s))", (schema,))
     conn.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(schema)))
     conn.execute(sql.SQL("CREATE TABLE IF NOT EXISTS {} (id bigserial PRIMARY KEY, {}, created_at timestamptz DEFAULT now())").format(
         _table(schema), _columns_sql(COLUMNS)))

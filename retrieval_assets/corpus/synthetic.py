@@ -18,8 +18,8 @@ Determinism: document ``i`` is a pure function of ``(seed, i)`` (its own ``rando
 so every corpus is a prefix of every larger one and any document can be regenerated alone.
 Python's ``random`` is used, whose seeded streams are stable across versions.
 
-    uv run python -m retrieval_assets.synthetic --docs 2            # print two documents
-    uv run python -m retrieval_assets.synthetic --chunks 10000 --stats
+    uv run python -m retrieval_assets.corpus.synthetic --docs 2            # print two documents
+    uv run python -m retrieval_assets.corpus.synthetic --chunks 10000 --stats
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ import random
 from bisect import bisect
 from collections.abc import Iterator
 
-from retrieval_assets import chunker
+from retrieval_assets.index import chunker
 from retrieval_assets.types import Chunk, Document
 
 # The most frequent ranks: function words that Postgres' english stop list removes.

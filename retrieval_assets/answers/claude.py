@@ -13,7 +13,7 @@ import asyncio
 import concurrent.futures
 import os
 
-from retrieval_assets.citations import REFUSAL, check
+from retrieval_assets.answers.citations import REFUSAL, check
 from retrieval_assets.types import Answer, Draft
 
 MODEL = "claude-opus-5-5"

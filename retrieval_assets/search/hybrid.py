@@ -25,12 +25,14 @@ import psycopg
 from pgvector import HalfVector
 from psycopg import pq, sql
 
-from retrieval_assets import bm25, pg
-from retrieval_assets.bm25 import as_hits, bm25_search, send_bm25
-from retrieval_assets.embed import Embedder
+from retrieval_assets import pg
+
+from retrieval_assets.index import bm25
+from retrieval_assets.index.bm25 import as_hits, bm25_search, send_bm25
+from retrieval_assets.index.embed import Embedder
 from retrieval_assets.params import DEFAULT, EF_SEARCH_MAX, RetrievalParams, hnsw_ef_search, limit_query
-from retrieval_assets.tables import statement
-from retrieval_assets.tsquery import PARSED, clean, lexemes_of
+from retrieval_assets.index.tables import statement
+from retrieval_assets.search.tsquery import PARSED, clean, lexemes_of
 from retrieval_assets.types import Hit, Ranked
 
 

@@ -30,7 +30,7 @@ from retrieval_assets.types import Document
 CRANFIELD_FILES = ("cran.all.1400", "cran.qry", "cranqrel")
 # Where the project reads Cranfield from: $CRANFIELD_DIR, else ../shared/benchmarks/cranfield
 # relative to the project root (it is never copied into the repository).
-DEFAULT_CRANFIELD = Path(os.environ.get("CRANFIELD_DIR") or Path(__file__).resolve().parents[2] / "shared" / "benchmarks" / "cranfield")
+DEFAULT_CRANFIELD = Path(os.environ.get("CRANFIELD_DIR") or Path(__file__).resolve().parents[3] / "shared" / "benchmarks" / "cranfield")
 
 
 class DatasetError(ValueError):

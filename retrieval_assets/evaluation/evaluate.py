@@ -16,9 +16,9 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 import psycopg
 
-from retrieval_assets import pipeline
-from retrieval_assets.golden import relevant_sets
-from retrieval_assets.metrics import aggregate, first_relevant_rank, mean, recall_at_k, score_query
+from retrieval_assets.search import pipeline
+from retrieval_assets.corpus.golden import relevant_sets
+from retrieval_assets.evaluation.metrics import aggregate, first_relevant_rank, mean, recall_at_k, score_query
 from retrieval_assets.params import DEFAULT, RetrievalParams
 from retrieval_assets.progress import Progress
 from retrieval_assets.types import GoldenQuery, Metrics

@@ -24,11 +24,13 @@ import numpy as np
 import psycopg
 from psycopg import sql
 
-from retrieval_assets import chunker, pipeline, store
-from retrieval_assets.evaluation import Evaluation, evaluate_pipelines
+from retrieval_assets.index import chunker, store
+
+from retrieval_assets.search import pipeline
+from retrieval_assets.evaluation.evaluate import Evaluation, evaluate_pipelines
 from retrieval_assets.params import DEFAULT, RetrievalParams
-from retrieval_assets.pipeline import Retriever
-from retrieval_assets.tables import statement
+from retrieval_assets.search.pipeline import Retriever
+from retrieval_assets.index.tables import statement
 from retrieval_assets.types import Chunk, Document, GoldenQuery
 
 FAILURES = ("vocabulary-gap", "chunk-boundary", "ranking", "reranker-demotion", "anchor-ambiguity")

@@ -18,8 +18,8 @@ from typing import Protocol
 
 import numpy as np
 
-from retrieval_assets.hybrid import normalise
-from retrieval_assets.fastembed_models import CROSS_ENCODER, fastembed_cache_dir, load_fastembed_model
+from retrieval_assets.search.hybrid import normalise
+from retrieval_assets.index.fastembed_models import CROSS_ENCODER, fastembed_cache_dir, load_fastembed_model
 from retrieval_assets.params import DEFAULT
 from retrieval_assets.types import Chunk, Ranked
 

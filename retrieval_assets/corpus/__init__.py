@@ -1,0 +1,1 @@
+"""The documents and the questions asked of them: golden sets, external benchmark datasets, a synthetic corpus."""

@@ -1,0 +1,1 @@
+"""Evaluation: metrics, golden-set runs, external benchmarks, cross-validation, diagnosis, history, regression."""
