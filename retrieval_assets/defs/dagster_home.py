@@ -1,0 +1,30 @@
+"""``dg`` run in the project root reads the root ``dagster.yaml``, its telemetry setting included.
+
+Dagster's commands load the instance from ``dagster.yaml`` in the working directory when
+``DAGSTER_HOME`` is unset, but the ``dg`` CLI decides about its own telemetry, and prints its
+first-run banner, from ``$DAGSTER_HOME/dagster.yaml`` alone (or the user's ``dg.toml``), before it
+reads anything of the project. The ``retrieval_assets_dg.pth`` file that this package installs
+imports this module at the start of a ``dg`` process only (no other interpreter pays for it); in
+the project root, with no ``DAGSTER_HOME`` of the user's, it names the root, as
+``python -m retrieval_assets.ui`` does for the other Dagster commands. Plain ``os`` only: this
+runs before anything else is imported.
+"""
+
+import os
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def point_at_root() -> None:
+    """Set ``DAGSTER_HOME`` to the project root when unset and the working directory is the root."""
+    if os.environ.get("DAGSTER_HOME") or not os.path.isfile(os.path.join(ROOT, "dagster.yaml")):
+        return
+    try:
+        here = os.path.realpath(os.getcwd())
+    except OSError:  # the working directory was removed
+        return
+    if here == os.path.realpath(ROOT):
+        os.environ["DAGSTER_HOME"] = ROOT
+
+
+point_at_root()
