@@ -21,6 +21,7 @@ from retrieval_assets.index.embed import Embedder, HashEmbedder
 
 HISTORY = "retrieval_history"  # the schema of the eval_runs history (after the prefix)
 IO_VALUES = "retrieval_io"  # the schema of the Dagster IO manager's stored asset values (after the prefix)
+IO_TABLE = "asset_values"  # their table there
 PREFIX_VARIABLE = "RETRIEVAL_SCHEMA_PREFIX"  # put before every schema name by the assets and the command line
 
 FIXTURE = "fixture"  # the name of this checkout's fixture corpus, the only one with quality floors

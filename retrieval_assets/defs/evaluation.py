@@ -9,8 +9,9 @@ from retrieval_assets import params, partitions
 from retrieval_assets.evaluation import evaluate, history, regression
 
 from retrieval_assets.search import pipeline
-from retrieval_assets.defs.partitions import embedders
-from retrieval_assets.defs.resources import CorpusResource, PostgresResource, user_errors
+from retrieval_assets.corpus.registry import Corpus
+from retrieval_assets.defs.partitions import embedders, group, ins, key
+from retrieval_assets.defs.resources import PostgresResource, user_errors
 from retrieval_assets.params import DEFAULT
 from retrieval_assets.types import Chunk, Document, GoldenQuery
 
@@ -94,136 +95,144 @@ def _by_kind_table(evaluations: dict[str, evaluate.Evaluation]) -> str:
     return "\n".join(rows)
 
 
-def _floors(config: EvalConfig, key: str, corpus: CorpusResource) -> dict[str, float]:
+def _floors(config: EvalConfig, partition: str, corpus: Corpus) -> dict[str, float]:
     """The partition's measured floors on the fixture corpus (none elsewhere), overridden by config."""
-    floors = dict(partitions.get(key).floors) if corpus.is_fixture else {}
+    floors = dict(partitions.get(partition).floors) if corpus.is_fixture else {}
     for name, override in (("recall_at_k", config.min_recall), ("mrr", config.min_mrr), ("ndcg_at_k", config.min_ndcg)):
         if override is not None:
             floors[name] = override
     return floors
 
 
-@dg.asset(
-    partitions_def=embedders,
-    kinds={"postgres", "python"},
-    group_name="retrieval",
-    deps=["chunk_index"],
-    code_version=EVAL_VERSION,
-    description="Golden-set evaluation of the default pipeline (params.DEFAULT, chosen by cross-validation: "
-    "benchmarks/results/quality.md) and of the named pipelines in config.compare (the seed's by default), each at its "
-    "stages hybrid, rerank and mmr (the final list); appended to the eval_runs history. Headline metadata: the default "
-    "pipeline's final list.",
-    check_specs=[
-        dg.AssetCheckSpec("quality_floors", asset="eval_run", blocking=True, partitions_def=embedders,
-                          description="recall@k, MRR and nDCG@k of the default pipeline stay above the partition's floors "
-                          "(measured on the fixture corpus; other corpora: the configured min_* only)."),
-        dg.AssetCheckSpec("no_regression", asset="eval_run", blocking=True, partitions_def=embedders,
-                          description="Per-query nDCG@k of the default pipeline against the latest earlier run of this partition "
-                          "and corpus (queries whose document, text and anchor are unchanged): fails when the mean drops by more "
-                          "than max_drop and the paired bootstrap's 95% interval excludes 0; names the worse and better queries."),
-    ],
-)
-def eval_run(context: dg.AssetExecutionContext, config: EvalConfig, postgres: PostgresResource, corpus: CorpusResource,
-             golden_queries: list[GoldenQuery], chunks: list[Chunk], documents: list[Document]):
-    key = context.partition_key
-    if not golden_queries:
-        status = f"nothing to evaluate: corpus {corpus.key} has no golden queries ({corpus.golden_path})"
-        context.log.info(f"eval_run {key}: {status}")
-        yield dg.Output(None, metadata={"status": status})
-        yield dg.AssetCheckResult(check_name="quality_floors", passed=True, metadata={"status": status})
-        yield dg.AssetCheckResult(check_name="no_regression", passed=True, metadata={"reason": status})
-        return
-    try:
-        variants = {"default": DEFAULT.with_(k=config.k, n=config.n, fusion=config.fusion, rerank_weight=config.rerank_weight,
-                                             mmr_lambda=config.mmr_lambda, weights=(config.vector_weight, config.lexical_weight),
-                                             prf_docs=config.prf_docs, prf_terms=config.prf_terms, prf_weight=config.prf_weight,
-                                             prf_beta=config.prf_beta)}
-        variants.update({name: params.named(name).with_(k=config.k, n=config.n) for name in config.compare if name != "default"})
-    except ValueError as exc:
-        raise dg.Failure(description=f"eval_run config: {exc}") from None
-    evaluations = {}
-    with user_errors(f"eval_run {key}"), postgres.connect() as conn:
-        embedder = partitions.embedder(key)
-        schema = postgres.schema(key, corpus=corpus.key)
-        for name, variant in variants.items():
-            context.log.info(f"eval_run {key}: pipeline {name}: {variant.describe()}")
-            evaluations[name] = evaluate.evaluate_pipelines(conn, pipeline.retriever(conn, schema, embedder, variant),
-                                                              golden_queries, variant, progress=context.log.info)
-        for name, ev in evaluations.items():
-            history.record_run(conn, postgres.history_schema, ev, run_id=context.run.run_id, partition=key, embedder=embedder.name,
-                               corpus_hash=_corpus_hash(chunks), code_version=EVAL_VERSION, corpus=corpus.key,
-                               variant="" if name == "default" else f"{name}:",
-                               doc_hashes=_doc_hashes(golden_queries, documents))
-        no_regression = _regression_check(conn, postgres, context.run.run_id, key, corpus.key, config.max_drop)
-    ev = evaluations["default"]
-    head = ev.metrics[DEFAULT_PIPELINE]
-    scored = {f"{name}:{p}": m.ndcg_at_k for name, e in evaluations.items() for p, m in e.metrics.items()}
-    best = max(scored, key=scored.get)
-    floors = _floors(config, key, corpus)
-    below = {name: _r(getattr(head, name)) for name, floor in floors.items() if getattr(head, name) < floor}
-    context.log.info(
-        f"eval_run {key} (corpus {corpus.key}, {len(golden_queries)} queries): default pipeline "
-        f"recall@{ev.k} {head.recall_at_k:.4f}, MRR {head.mrr:.4f}, nDCG@{ev.k} {head.ndcg_at_k:.4f}; "
-        f"best pipeline {best} (nDCG@{ev.k} {scored[best]:.4f}); history in {postgres.history_schema}.eval_runs")
-    metadata = {
-        **{label: _r(getattr(head, field)) for label, field in HEADLINE.items()},
-        "pipeline": ev.params.describe(), "queries": len(golden_queries), "k": ev.k, "n": ev.n,
-        "corpus": corpus.key, "best_pipeline": best, "best_ndcg@k": _r(scored[best]),
-        **_grouped_metadata(evaluations),
-        "by_kind": dg.MetadataValue.md(_by_kind_table(evaluations)),
-    }
-    yield dg.Output(ev, metadata=metadata)
-    yield dg.AssetCheckResult(
-        check_name="quality_floors", passed=not below,
-        metadata={"floors": str(floors or f"none for corpus {corpus.key}"), "below": str(below or "none")},
+def evaluation_assets(corpus: Corpus) -> list[dg.AssetsDefinition]:
+    """``<corpus>/eval_run`` (per embedder) with its checks, ``<corpus>/embedder_comparison`` and ``<corpus>/eval_trend``."""
+    this = key(corpus, "eval_run")
+
+    @dg.asset(
+        partitions_def=embedders,
+        kinds={"postgres", "python"},
+        group_name=group(corpus), key_prefix=[corpus.name],
+        deps=[key(corpus, "chunk_index")],
+        ins=ins(corpus, 'golden_queries', 'chunks', 'documents'),
+        code_version=EVAL_VERSION,
+        description="Golden-set evaluation of the default pipeline (params.DEFAULT, chosen by cross-validation: "
+        "benchmarks/results/quality.md) and of the named pipelines in config.compare (the seed's by default), each at its "
+        "stages hybrid, rerank and mmr (the final list); appended to the eval_runs history. Headline metadata: the default "
+        "pipeline's final list.",
+        check_specs=[
+            dg.AssetCheckSpec("quality_floors", asset=this, blocking=True, partitions_def=embedders,
+                              description="recall@k, MRR and nDCG@k of the default pipeline stay above the partition's floors "
+                              "(measured on the fixture corpus; other corpora: the configured min_* only)."),
+            dg.AssetCheckSpec("no_regression", asset=this, blocking=True, partitions_def=embedders,
+                              description="Per-query nDCG@k of the default pipeline against the latest earlier run of this partition "
+                              "and corpus (queries whose document, text and anchor are unchanged): fails when the mean drops by more "
+                              "than max_drop and the paired bootstrap's 95% interval excludes 0; names the worse and better queries."),
+        ],
     )
-    context.log.info(f"eval_run {key}: no_regression {'passed' if no_regression.passed else 'FAILED'}: {no_regression.metadata['reason'].value}")
-    yield no_regression
+    def eval_run(context: dg.AssetExecutionContext, config: EvalConfig, postgres: PostgresResource,
+                 golden_queries: list[GoldenQuery], chunks: list[Chunk], documents: list[Document]):
+        partition = context.partition_key
+        if not golden_queries:
+            status = f"nothing to evaluate: corpus {corpus.name} has no golden queries ({corpus.golden_path})"
+            context.log.info(f"eval_run {partition}: {status}")
+            yield dg.Output(None, metadata={"status": status})
+            yield dg.AssetCheckResult(check_name="quality_floors", passed=True, metadata={"status": status})
+            yield dg.AssetCheckResult(check_name="no_regression", passed=True, metadata={"reason": status})
+            return
+        try:
+            variants = {"default": DEFAULT.with_(k=config.k, n=config.n, fusion=config.fusion, rerank_weight=config.rerank_weight,
+                                                 mmr_lambda=config.mmr_lambda, weights=(config.vector_weight, config.lexical_weight),
+                                                 prf_docs=config.prf_docs, prf_terms=config.prf_terms, prf_weight=config.prf_weight,
+                                                 prf_beta=config.prf_beta)}
+            variants.update({name: params.named(name).with_(k=config.k, n=config.n) for name in config.compare if name != "default"})
+        except ValueError as exc:
+            raise dg.Failure(description=f"eval_run config: {exc}") from None
+        evaluations = {}
+        with user_errors(f"eval_run {partition}"), postgres.connect() as conn:
+            embedder = partitions.embedder(partition)
+            schema = postgres.schema(partition, corpus=corpus.name)
+            for name, variant in variants.items():
+                context.log.info(f"eval_run {partition}: pipeline {name}: {variant.describe()}")
+                evaluations[name] = evaluate.evaluate_pipelines(conn, pipeline.retriever(conn, schema, embedder, variant),
+                                                                  golden_queries, variant, progress=context.log.info)
+            for name, ev in evaluations.items():
+                history.record_run(conn, postgres.history_schema, ev, run_id=context.run.run_id, partition=partition, embedder=embedder.name,
+                                   corpus_hash=_corpus_hash(chunks), code_version=EVAL_VERSION, corpus=corpus.name,
+                                   variant="" if name == "default" else f"{name}:",
+                                   doc_hashes=_doc_hashes(golden_queries, documents))
+            no_regression = _regression_check(conn, postgres, context.run.run_id, partition, corpus.name, config.max_drop)
+        ev = evaluations["default"]
+        head = ev.metrics[DEFAULT_PIPELINE]
+        scored = {f"{name}:{p}": m.ndcg_at_k for name, e in evaluations.items() for p, m in e.metrics.items()}
+        best = max(scored, key=scored.get)
+        floors = _floors(config, partition, corpus)
+        below = {name: _r(getattr(head, name)) for name, floor in floors.items() if getattr(head, name) < floor}
+        context.log.info(
+            f"eval_run {partition} (corpus {corpus.name}, {len(golden_queries)} queries): default pipeline "
+            f"recall@{ev.k} {head.recall_at_k:.4f}, MRR {head.mrr:.4f}, nDCG@{ev.k} {head.ndcg_at_k:.4f}; "
+            f"best pipeline {best} (nDCG@{ev.k} {scored[best]:.4f}); history in {postgres.history_schema}.eval_runs")
+        metadata = {
+            **{label: _r(getattr(head, field)) for label, field in HEADLINE.items()},
+            "pipeline": ev.params.describe(), "queries": len(golden_queries), "k": ev.k, "n": ev.n,
+            "corpus": corpus.name, "best_pipeline": best, "best_ndcg@k": _r(scored[best]),
+            **_grouped_metadata(evaluations),
+            "by_kind": dg.MetadataValue.md(_by_kind_table(evaluations)),
+        }
+        yield dg.Output(ev, metadata=metadata)
+        yield dg.AssetCheckResult(
+            check_name="quality_floors", passed=not below,
+            metadata={"floors": str(floors or f"none for corpus {corpus.name}"), "below": str(below or "none")},
+        )
+        context.log.info(f"eval_run {partition}: no_regression {'passed' if no_regression.passed else 'FAILED'}: {no_regression.metadata['reason'].value}")
+        yield no_regression
 
 
-@dg.asset(
-    kinds={"postgres"},
-    group_name="retrieval",
-    deps=[dg.AssetDep("eval_run", partition_mapping=dg.AllPartitionMapping())],
-    description="The latest numbers of every embedder side by side, from the eval_runs history of the corpus; one "
-    "metadata series per partition (<partition>/ndcg@k, ...) for the Plots view.",
-)
-def embedder_comparison(context: dg.AssetExecutionContext, postgres: PostgresResource, corpus: CorpusResource) -> dg.MaterializeResult:
-    with user_errors("embedder_comparison"), postgres.connect() as conn:
-        latest = history.latest_runs(conn, postgres.history_schema, corpus.key)
-    rows = ["| embedder | pipeline | recall@k | precision@k | MRR | nDCG@k | fused recall@n | run |", "|---|---|---|---|---|---|---|---|"]
-    meta: dict = {}
-    for r in latest:
-        rows.append(f"| {r['partition']} | {r['pipeline']} | {r['recall_at_k']:.3f} | {r['precision_at_k']:.3f} | {r['mrr']:.3f} "
-                    f"| {r['ndcg_at_k']:.3f} | {r['pool_recall']:.3f} | {r['run_id'][:8]} |")
-        if r["pipeline"] == DEFAULT_PIPELINE:
-            meta.update({f"{r['partition']}/{label}": _r(r[field]) for label, field in HEADLINE.items()})
-    partitions_seen = sorted({r["partition"] for r in latest})
-    context.log.info(f"embedder_comparison (corpus {corpus.key}): latest runs of {', '.join(partitions_seen) or 'no partition yet'}")
-    return dg.MaterializeResult(metadata={**dict(sorted(meta.items())), "partitions": len(partitions_seen), "corpus": corpus.key,
-                                          "comparison": dg.MetadataValue.md("\n".join(rows))})
+    @dg.asset(
+        kinds={"postgres"},
+        group_name=group(corpus), key_prefix=[corpus.name],
+        deps=[dg.AssetDep(this, partition_mapping=dg.AllPartitionMapping())],
+        description="The latest numbers of every embedder side by side, from the eval_runs history of the corpus; one "
+        "metadata series per partition (<partition>/ndcg@k, ...) for the Plots view.",
+    )
+    def embedder_comparison(context: dg.AssetExecutionContext, postgres: PostgresResource) -> dg.MaterializeResult:
+        with user_errors("embedder_comparison"), postgres.connect() as conn:
+            latest = history.latest_runs(conn, postgres.history_schema, corpus.name)
+        rows = ["| embedder | pipeline | recall@k | precision@k | MRR | nDCG@k | fused recall@n | run |", "|---|---|---|---|---|---|---|---|"]
+        meta: dict = {}
+        for r in latest:
+            rows.append(f"| {r['partition']} | {r['pipeline']} | {r['recall_at_k']:.3f} | {r['precision_at_k']:.3f} | {r['mrr']:.3f} "
+                        f"| {r['ndcg_at_k']:.3f} | {r['pool_recall']:.3f} | {r['run_id'][:8]} |")
+            if r["pipeline"] == DEFAULT_PIPELINE:
+                meta.update({f"{r['partition']}/{label}": _r(r[field]) for label, field in HEADLINE.items()})
+        partitions_seen = sorted({r["partition"] for r in latest})
+        context.log.info(f"embedder_comparison (corpus {corpus.name}): latest runs of {', '.join(partitions_seen) or 'no partition yet'}")
+        return dg.MaterializeResult(metadata={**dict(sorted(meta.items())), "partitions": len(partitions_seen), "corpus": corpus.name,
+                                              "comparison": dg.MetadataValue.md("\n".join(rows))})
 
 
-@dg.asset(
-    kinds={"postgres", "python"},
-    group_name="reports",
-    deps=[dg.AssetDep("eval_run", partition_mapping=dg.AllPartitionMapping())],
-    description="Each partition's headline metrics (default pipeline) over its last runs on the corpus: a table and a "
-    "PNG plot (matplotlib), from the eval_runs history. Off the main job (matplotlib costs seconds): the "
-    "reports_after_evaluation sensor materialises it after any eval_run, or launch it on its own.",
-)
-def eval_trend(context: dg.AssetExecutionContext, postgres: PostgresResource, corpus: CorpusResource) -> dg.MaterializeResult:
-    import base64
+    @dg.asset(
+        kinds={"postgres", "python"},
+        group_name=group(corpus, "reports"), key_prefix=[corpus.name], required_resource_keys={"corpus", "postgres"},
+        deps=[dg.AssetDep(this, partition_mapping=dg.AllPartitionMapping())],
+        description="Each partition's headline metrics (default pipeline) over its last runs on the corpus: a table and a "
+        "PNG plot (matplotlib), from the eval_runs history. Off the main job (matplotlib costs seconds): the "
+        "reports_after_evaluation sensor materialises it after any eval_run, or launch it on its own.",
+    )
+    def eval_trend(context: dg.AssetExecutionContext) -> dg.MaterializeResult:
+        postgres: PostgresResource = context.resources.postgres
+        import base64
 
-    from retrieval_assets.evaluation import trend
+        from retrieval_assets.evaluation import trend
 
-    with user_errors("eval_trend"), postgres.connect() as conn:
-        rows = history.trend(conn, postgres.history_schema, corpus.key, DEFAULT_PIPELINE)
-    meta: dict = {"runs": len(rows), "corpus": corpus.key, "table": dg.MetadataValue.md(trend.table(rows))}
-    if rows:
-        path = trend.plot(rows, corpus.report_path("trend").with_name("eval_trend.png"),
-                          f"corpus {corpus.key}: the default pipeline")
-        image = base64.b64encode(path.read_bytes()).decode()
-        meta.update(plot=dg.MetadataValue.md(f"![eval trend](data:image/png;base64,{image})"), path=dg.MetadataValue.path(str(path)))
-        context.log.info(f"eval_trend (corpus {corpus.key}): {len(rows)} runs plotted in {path}")
-    return dg.MaterializeResult(metadata=meta)
+        with user_errors("eval_trend"), postgres.connect() as conn:
+            rows = history.trend(conn, postgres.history_schema, corpus.name, DEFAULT_PIPELINE)
+        meta: dict = {"runs": len(rows), "corpus": corpus.name, "table": dg.MetadataValue.md(trend.table(rows))}
+        if rows:
+            path = trend.plot(rows, context.resources.corpus.report_path(corpus.name, "trend").with_name("eval_trend.png"),
+                              f"corpus {corpus.name}: the default pipeline")
+            image = base64.b64encode(path.read_bytes()).decode()
+            meta.update(plot=dg.MetadataValue.md(f"![eval trend](data:image/png;base64,{image})"), path=dg.MetadataValue.path(str(path)))
+            context.log.info(f"eval_trend (corpus {corpus.name}): {len(rows)} runs plotted in {path}")
+        return dg.MaterializeResult(metadata=meta)
+
+    return [eval_run, embedder_comparison, eval_trend]

@@ -2,8 +2,13 @@
 
 Contract: ``PostgresPickleIOManager`` stores each asset output as one pickle (protocol 5) in
 ``<io_schema>.asset_values`` (``retrieval_io`` after the resource's schema prefix), one row per
-asset key ("/"-joined) and asset partition ('' for an unpartitioned asset, also when it runs
-inside a partitioned run); a new materialisation replaces the row. Every value it is handed is
+asset key ("/"-joined, so the corpus is part of it: ``handbook/chunks``), asset partition (''
+for an unpartitioned asset, also when it runs inside a partitioned run) and the run that
+produced it. An input produced in the same run (or, in a re-execution, in the parent run whose
+step it reuses) is read from that run's row; an input from outside the run from the row of the
+run that Dagster's event log records as its latest materialisation (the newest row when the log
+has none): two runs at once never read each other's values. A key's rows older than a day are
+pruned when a new one is written, the newest ``KEEP`` always kept. Every value it is handed is
 stored, ``None`` included: ``eval_run`` and ``failure_report`` yield ``Output(None)`` for a
 corpus without a golden set, and their downstreams read that ``None``. Dagster does not call an
 IO manager for assets that return ``MaterializeResult`` or are annotated ``-> None``, so those
@@ -22,11 +27,14 @@ from collections.abc import Sequence
 import dagster as dg
 import psycopg
 from psycopg import errors, sql
+from psycopg.types.json import Jsonb
 
+from retrieval_assets import partitions
 from retrieval_assets.defs.resources import PostgresResource, postgres_resource
 
-TABLE = "asset_values"
+TABLE = partitions.IO_TABLE
 PROTOCOL = 5
+KEEP = 3  # rows kept per asset key and partition however old (re-execution of a recent run reads them)
 _LOCK = "retrieval_assets.io_manager"  # the advisory lock that serialises creating the schema and table
 
 
@@ -43,14 +51,22 @@ class PostgresPickleIOManager(dg.ConfigurableIOManager):
         return sql.Identifier(self.postgres.io_schema, TABLE)
 
     def ensure_table(self, conn: psycopg.Connection) -> None:
-        """Create the schema and table if missing; safe when several steps do it at once."""
+        """Create the schema and table if missing, and key a table of an older version by run too;
+        safe when several steps do it at once."""
         with conn.transaction():
             conn.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (_LOCK,))
             conn.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(self.postgres.io_schema)))
             conn.execute(sql.SQL(
-                "CREATE TABLE IF NOT EXISTS {} (asset_key text, partition text NOT NULL DEFAULT '', value bytea NOT NULL, "
-                "stored_at timestamptz DEFAULT now(), PRIMARY KEY (asset_key, partition))"
+                "CREATE TABLE IF NOT EXISTS {} (asset_key text, partition text NOT NULL DEFAULT '', run_id text NOT NULL, "
+                "value bytea NOT NULL, stored_at timestamptz DEFAULT now(), PRIMARY KEY (asset_key, partition, run_id))"
             ).format(self._table()))
+            if not conn.execute("SELECT 1 FROM information_schema.columns WHERE table_schema = %s AND table_name = %s "
+                                "AND column_name = 'run_id'", (self.postgres.io_schema, TABLE)).fetchone():
+                # a table keyed by (asset_key, partition) alone: its rows belong to no known run
+                conn.execute(sql.SQL("ALTER TABLE {} ADD COLUMN run_id text NOT NULL DEFAULT ''").format(self._table()))
+                conn.execute(sql.SQL("ALTER TABLE {} DROP CONSTRAINT {}").format(
+                    self._table(), sql.Identifier(f"{TABLE}_pkey")))
+                conn.execute(sql.SQL("ALTER TABLE {} ADD PRIMARY KEY (asset_key, partition, run_id)").format(self._table()))
 
     def handle_output(self, context: dg.OutputContext, obj: object) -> None:
         key = _key(context)
@@ -64,15 +80,21 @@ class PostgresPickleIOManager(dg.ConfigurableIOManager):
             partition = ""
         data = pickle.dumps(obj, protocol=PROTOCOL)
         upsert = sql.SQL(
-            "INSERT INTO {} (asset_key, partition, value) VALUES (%s, %s, %s) "
-            "ON CONFLICT (asset_key, partition) DO UPDATE SET value = EXCLUDED.value, stored_at = now()"
+            "INSERT INTO {} (asset_key, partition, run_id, value) VALUES (%s, %s, %s, %s) "
+            "ON CONFLICT (asset_key, partition, run_id) DO UPDATE SET value = EXCLUDED.value, stored_at = now()"
         ).format(self._table())
+        prune = sql.SQL(
+            "DELETE FROM {0} WHERE asset_key = %s AND partition = %s AND stored_at < now() - interval '1 day' AND run_id NOT IN "
+            "(SELECT run_id FROM {0} WHERE asset_key = %s AND partition = %s ORDER BY stored_at DESC LIMIT %s)"
+        ).format(self._table())
+        row = (key, partition, context.run_id, data)
         with self.postgres.connect() as conn:
             try:
-                conn.execute(upsert, (key, partition, data))
-            except (errors.UndefinedTable, errors.InvalidSchemaName):
+                conn.execute(upsert, row)
+            except (errors.UndefinedTable, errors.InvalidSchemaName, errors.UndefinedColumn):
                 self.ensure_table(conn)
-                conn.execute(upsert, (key, partition, data))
+                conn.execute(upsert, row)
+            conn.execute(prune, (key, partition, key, partition, KEEP))
         context.add_output_metadata({"value_table": self.table_name, "value_bytes": len(data)})
 
     def load_input(self, context: dg.InputContext) -> object:
@@ -85,23 +107,50 @@ class PostgresPickleIOManager(dg.ConfigurableIOManager):
             return values[partition_keys[0]]
         return values
 
+    def _producers(self, context: dg.InputContext, partition_keys: Sequence[str]) -> dict[str, str | None]:
+        """Per partition, the run whose value to read: the producing step's run when it belongs to this
+        run (or its re-executed parent), else the latest materialisation in the event log (None: not recorded)."""
+        upstream, producer, here = context.upstream_output, None, set()
+        try:
+            producer = upstream.run_id if upstream is not None else None
+        except dg.DagsterInvariantViolationError:  # an asset from outside the run: its context carries no run
+            pass
+        if producer and context.instance.has_run(producer):  # a real run, not Dagster's placeholder
+            here = set(upstream.asset_partition_keys) if upstream.has_asset_partitions else {""}
+        runs: dict[str, str | None] = {}
+        for p in partition_keys:
+            if p in here:
+                runs[p] = producer
+                continue
+            records = context.instance.fetch_materializations(
+                dg.AssetRecordsFilter(asset_key=context.asset_key, asset_partitions=[p] if p else None), limit=1).records
+            runs[p] = records[0].run_id if records else None
+        return runs
+
     def _load(self, context: dg.InputContext, key: str, partition_keys: Sequence[str]) -> dict[str, object]:
         """The values of ``key`` for ``partition_keys``, in that order; a ``dg.Failure`` for a missing one
         (skipped instead when the input's metadata sets ``allow_missing_partitions``, as for UPathIOManager)."""
         if not partition_keys:
             return {}
-        query = sql.SQL("SELECT partition, value FROM {} WHERE asset_key = %s AND partition = ANY(%s)").format(self._table())
+        producers = self._producers(context, partition_keys) if context.has_asset_key else {p: None for p in partition_keys}
+        query = sql.SQL(
+            "SELECT DISTINCT ON (partition) partition, value FROM {} WHERE asset_key = %s AND partition = ANY(%s) "
+            "AND (run_id = (%s::jsonb ->> partition) OR (%s::jsonb ->> partition) IS NULL) ORDER BY partition, stored_at DESC"
+        ).format(self._table())
+        wanted = Jsonb({p: r for p, r in producers.items() if r})
         with self.postgres.connect() as conn:
             try:
-                rows = dict(conn.execute(query, (key, list(partition_keys))).fetchall())
-            except (errors.UndefinedTable, errors.InvalidSchemaName):
+                rows = dict(conn.execute(query, (key, list(partition_keys), wanted, wanted)).fetchall())
+            except (errors.UndefinedTable, errors.InvalidSchemaName, errors.UndefinedColumn):
                 rows = {}
         missing = [p for p in partition_keys if p not in rows]
+        where_run = {p: producers[p] for p in missing if producers[p]}
         allow_missing = bool((context.definition_metadata or {}).get("allow_missing_partitions", False)) and len(partition_keys) > 1
         if missing and not allow_missing:
             where = "partition " + ", ".join(missing) if missing != [""] else "(unpartitioned)"
+            runs = f" of run {', '.join(sorted(set(where_run.values())))}" if where_run else ""
             raise dg.Failure(
-                f"no stored value for asset {key} {where}: materialize it first (looked in {self.table_name})",
+                f"no stored value for asset {key} {where}{runs}: materialize it first (looked in {self.table_name})",
                 metadata={"asset_key": key, "missing_partitions": ", ".join(missing) or "(unpartitioned)", "table": self.table_name},
             )
         for p in missing:

@@ -1,7 +1,29 @@
-"""The embedder partitions as Dagster sees them, built from ``retrieval_assets.partitions``."""
+"""The graph's two dimensions as Dagster sees them: the embedder partitions (from
+``retrieval_assets.partitions``) and the corpus, which keys every asset, group and job name."""
 
 import dagster as dg
 
+from retrieval_assets.corpus.registry import Corpus
 from retrieval_assets.partitions import PARTITIONS
 
 embedders = dg.StaticPartitionsDefinition(list(PARTITIONS))
+
+
+def key(corpus: Corpus, name: str) -> dg.AssetKey:
+    """The asset ``name`` of ``corpus``: ``fixture/eval_run``, ``handbook/eval_run``."""
+    return dg.AssetKey([corpus.name, name])
+
+
+def group(corpus: Corpus, kind: str = "") -> str:
+    """The corpus's group: its name for the evaluated chain, ``<name>_<kind>`` for reports, experiments, live."""
+    return f"{corpus.name}_{kind}" if kind else corpus.name
+
+
+def job_name(corpus: Corpus, base: str) -> str:
+    """``base`` for the fixture corpus (``evaluate_embedders``), ``<base>__<name>`` for any other."""
+    return base if corpus.is_fixture else f"{base}__{corpus.name}"
+
+
+def ins(corpus: Corpus, *names: str) -> dict[str, dg.AssetIn]:
+    """The inputs ``names`` of an asset, read from the same corpus's assets."""
+    return {name: dg.AssetIn(key(corpus, name)) for name in names}

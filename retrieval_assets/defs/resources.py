@@ -16,32 +16,24 @@ from retrieval_assets.index import store
 from retrieval_assets.index.chunker import CorpusError
 from retrieval_assets.index.fastembed_models import ModelUnavailableError
 from retrieval_assets.corpus.golden import GoldenError
+from retrieval_assets.corpus.registry import CorpusNameError
 
 
 class CorpusResource(dg.ConfigurableResource):
-    """The corpus of a run: a folder of Markdown files (any depth; or the seed's docs/*.md and
-    stories/*.txt) with an optional golden.yaml. Its name keys the index schemas, history rows
-    and reports, so a corpus of your own never touches the fixture's."""
+    """Where reports go, and (optional) a corpus folder to register from run config.
 
-    path: str = str(partitions.FIXTURE_DIR)
-    name: str = ""  # default: "fixture" for the fixture corpus, else the folder's name
+    A corpus is part of the graph, not of this resource: each registered corpus has assets of its own
+    (``<corpus>/documents`` ...; ``defs/corpora.py``). ``name`` and ``path`` register the folder under
+    that name for a launch that gives them (``--config``), and a run of another corpus's job then stops
+    at once, naming the job to launch."""
+
+    name: str = ""
+    path: str = ""
     report_dir: str = ""  # default: <RETRIEVAL_HOME>/.retrieval/reports (outside the tracked tree)
 
-    @property
-    def key(self) -> str:
-        return partitions.check_corpus_name(self.name) if self.name else partitions.corpus_name_for(self.path)
-
-    @property
-    def golden_path(self) -> Path:
-        return Path(self.path) / "golden.yaml"
-
-    @property
-    def is_fixture(self) -> bool:
-        return self.key == partitions.FIXTURE
-
-    def report_path(self, partition: str) -> Path:
+    def report_path(self, corpus: str, partition: str) -> Path:
         base = Path(self.report_dir) if self.report_dir else pg.project_home() / ".retrieval" / "reports"
-        return base / self.key / partition / "RETRIEVAL_ANALYSIS.md"
+        return base / corpus / partition / "RETRIEVAL_ANALYSIS.md"
 
 
 class PostgresResource(dg.ConfigurableResource):
@@ -66,7 +58,7 @@ class PostgresResource(dg.ConfigurableResource):
         return pg.session(self.dsn)
 
 
-USER_ERRORS = (CorpusError, GoldenError, pg.ConnectError, ModelUnavailableError, store.ShrinkError, store.ChunkTooLargeError)
+USER_ERRORS = (CorpusError, CorpusNameError, GoldenError, pg.ConnectError, ModelUnavailableError, store.ShrinkError, store.ChunkTooLargeError)
 
 
 @contextmanager

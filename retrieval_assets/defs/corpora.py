@@ -1,0 +1,42 @@
+"""Every registered corpus as its own part of the graph: assets under ``<corpus>/``, groups named
+after it, its own jobs, schedule and sensor.
+
+The registry (``corpus.registry``, in Postgres beside the history) is read when the definitions
+load: ``python -m retrieval_assets corpus add NAME PATH`` registers a folder, and the next load
+(a new ``dg launch``, or Reload in the UI) shows its assets. ``docs/design.md`` says why a corpus is a
+key prefix and not a partition dimension.
+"""
+
+from collections.abc import Iterable
+
+import dagster as dg
+
+from retrieval_assets import partitions
+from retrieval_assets.corpus import registry
+from retrieval_assets.corpus.registry import Corpus
+from retrieval_assets.defs.answers import answer_assets
+from retrieval_assets.defs.corpus import corpus_assets
+from retrieval_assets.defs.diagnosis import diagnosis_assets
+from retrieval_assets.defs.evaluation import evaluation_assets
+from retrieval_assets.defs.index import index_assets
+from retrieval_assets.defs.jobs import corpus_jobs
+from retrieval_assets.defs.resources import PostgresResource
+
+
+def corpus_definitions(corpus: Corpus) -> dg.Definitions:
+    """The assets, checks, jobs, schedule and sensor of one corpus."""
+    assets = [*corpus_assets(corpus), *index_assets(corpus), *evaluation_assets(corpus), *diagnosis_assets(corpus),
+              *answer_assets(corpus)]
+    return dg.Definitions.merge(dg.Definitions(assets=assets), corpus_jobs(corpus))
+
+
+def definitions_for(corpora: Iterable[Corpus]) -> dg.Definitions:
+    return dg.Definitions.merge(*(corpus_definitions(c) for c in corpora))
+
+
+@dg.definitions
+def corpora() -> dg.Definitions:
+    postgres = PostgresResource(schema_prefix=partitions.env_prefix())  # no dsn: $RETRIEVAL_DSN, else the embedded default
+    with postgres.connect() as conn:
+        registered = registry.listed(conn, postgres.history_schema)
+    return definitions_for(registered)
