@@ -11,6 +11,7 @@ from pgvector.psycopg import register_vector
 from psycopg import sql
 
 from retrieval_assets import pg
+from retrieval_assets.pg import sessions
 
 from retrieval_assets.index import bm25, store
 
@@ -575,7 +576,7 @@ def test_a_refused_partner_leaves_the_exact_scan_in_one_statement(table, schema,
             calls.append(dsn)
             raise pg.ConnectError("cannot connect to Postgres at test: sorry, too many clients already")
 
-        monkeypatch.setattr(pg, "connect", refuse)
+        monkeypatch.setattr(sessions, "connect", refuse)
         with caplog.at_level("WARNING", logger="retrieval_assets.pg"):
             assert hybrid.vector_search(fresh, schema, vector, 50, exact=True) == expected
             assert hybrid.vector_search(fresh, schema, vector, 50, exact=True) == expected
