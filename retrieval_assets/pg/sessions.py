@@ -127,7 +127,7 @@ def partner(conn: psycopg.Connection) -> psycopg.Connection | None:
     on first use and kept while ``conn`` lives (closed with it, or at exit); None with ``search_sessions()`` 1,
     when ``conn`` was not opened by ``connect``, or when the server refused the second connection (e.g.
     max_connections reached: logged once, and ``conn`` searches alone from then on). It reads what is
-    committed: a caller holding a transaction open on ``conn`` must not use it (hybrid checks)."""
+    committed: a caller holding a transaction open on ``conn`` must not use it (search.dense.scan_partner checks)."""
     dsn = _OPENED_WITH.get(conn)
     if search_sessions() < 2 or dsn is None or conn.closed:
         return None
