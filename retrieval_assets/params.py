@@ -26,7 +26,7 @@ class RetrievalParams:
     rrf_k: int = 60  # reciprocal rank fusion: score = sum(weight / (rrf_k + rank))
     weights: tuple[float, float] = (1.0, 1.0)  # fusion weight of the vector list, of the lexical list, each in [0, 1]
     lexical: str = "ts_rank_cd"  # "ts_rank_cd" (the seed's) or "bm25" (inside Postgres)
-    fusion: str = "rrf"  # one of FUSION (hybrid.fuse)
+    fusion: str = "rrf"  # one of FUSION (fusion.fuse)
     rerank: bool = True  # rerank the whole fused pool with the retriever's reranker
     rerank_weight: float = 1.0  # rerank score = w * reranker score + (1 - w) * fused score, both min-max normalised over the pool
     rerank_idf: str = "pool"  # the BM25 reranker's idf: from the fused pool (the seed's) or every chunk of the index

@@ -1,4 +1,4 @@
-"""Frozen value types shared by every pipeline module."""
+"""Frozen value types shared by every pipeline module, and ``as_hits``, the rows of a search as ``Hit``s."""
 
 from __future__ import annotations
 
@@ -27,6 +27,11 @@ class Hit:
     chunk_id: str
     score: float
     rank: int
+
+
+def as_hits(rows) -> list[Hit]:
+    """``(chunk_id, score)`` rows, best first, as ranked ``Hit``s (ranks from 1)."""
+    return [Hit(chunk_id, float(score), rank) for rank, (chunk_id, score) in enumerate(rows, 1)]
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,7 @@ from retrieval_assets import pg
 
 from retrieval_assets.index import bm25, store
 
-from retrieval_assets.search import hybrid, tsquery
+from retrieval_assets.search import bm25_rank, dense, fusion, hybrid, tsquery
 from retrieval_assets.index.embed import HashEmbedder
 from retrieval_assets.params import RetrievalParams
 from retrieval_assets.search.rerank import CorpusStats, LexicalReranker
@@ -52,7 +52,7 @@ def test_scores_equal_bm25s_on_the_same_tokens(indexed, schema, golden):
     compared = 0
     for q in golden:
         expected, negative = score(q.query)
-        hits = bm25.bm25_search(conn, schema, q.query, n=50)
+        hits = bm25_rank.bm25_search(conn, schema, q.query, n=50)
         for h in hits:
             assert h.score == pytest.approx(float(expected[ids.index(h.chunk_id)]), abs=1e-6)
             compared += 1
@@ -99,9 +99,9 @@ def test_pruned_top_n_equals_bm25s(indexed, schema, golden, n, monkeypatch):
     Lookups are made free so that the lead path runs even on this small corpus, where reading
     every posting is cheaper and is what bm25_search would otherwise choose."""
     conn, _, _ = indexed
-    monkeypatch.setattr(bm25, "LOOKUP_COST", 0)
+    monkeypatch.setattr(bm25_rank, "LOOKUP_COST", 0)
     ids, score = peer_scorer(conn, schema)
-    read_all = statement(schema, bm25._ALL)
+    read_all = statement(schema, bm25_rank._ALL)
     pruned = 0
     for q in golden:
         expected, negative = score(q.query)
@@ -109,7 +109,7 @@ def test_pruned_top_n_equals_bm25s(indexed, schema, golden, n, monkeypatch):
             continue
         top = sorted((i for i in range(len(ids)) if expected[i] > 0), key=lambda i: (-expected[i], ids[i]))[:n]
         spy = Spy(conn)
-        hits = bm25.bm25_search(spy, schema, q.query, n=n)
+        hits = bm25_rank.bm25_search(spy, schema, q.query, n=n)
         assert [h.chunk_id for h in hits] == [ids[i] for i in top], q.query_id
         assert [h.score for h in hits] == pytest.approx([float(expected[i]) for i in top], abs=1e-6)
         pruned += all(query != read_all for query, _ in spy.calls)
@@ -128,14 +128,14 @@ def test_exact_over_small_blocks(indexed, scratch, golden, monkeypatch):
     check_blocks(conn, schema)
     assert conn.execute(statement(schema, "SELECT max(cardinality(cids)) FROM {postings}")).fetchone()[0] == 3
     ids, score = peer_scorer(conn, schema)
-    for cost in (0, bm25.LOOKUP_COST):  # the lead path forced, then bm25_search's own choice
-        monkeypatch.setattr(bm25, "LOOKUP_COST", cost)
+    for cost in (0, bm25_rank.LOOKUP_COST):  # the lead path forced, then bm25_search's own choice
+        monkeypatch.setattr(bm25_rank, "LOOKUP_COST", cost)
         for q in golden[:16]:
             expected, negative = score(q.query)
             if negative is not None:
                 continue
             top = sorted((i for i in range(len(ids)) if expected[i] > 0), key=lambda i: (-expected[i], ids[i]))[:10]
-            hits = bm25.bm25_search(conn, schema, q.query, n=10)
+            hits = bm25_rank.bm25_search(conn, schema, q.query, n=10)
             assert [h.chunk_id for h in hits] == [ids[i] for i in top], (q.query_id, cost)
             assert [h.score for h in hits] == pytest.approx([float(expected[i]) for i in top], abs=1e-6)
     store.drop(conn, schema)
@@ -206,7 +206,7 @@ def test_backfill_of_a_table_that_predates_the_postings(scratch):
 def test_hostile_queries_never_raise(indexed, schema, query):
     """Hostile text gives well-formed lists equal to their references (bm25s; RRF of both lists)."""
     conn, embedder, _ = indexed
-    hits = bm25.bm25_search(conn, schema, query)
+    hits = bm25_rank.bm25_search(conn, schema, query)
     assert isinstance(hits, list) and all(isinstance(h, Hit) for h in hits)
     assert [h.rank for h in hits] == list(range(1, len(hits) + 1))
     ids, score = peer_scorer(conn, schema)
@@ -220,14 +220,14 @@ def test_hostile_queries_never_raise(indexed, schema, query):
     fused = hybrid.search(conn, schema, embedder, query, params)
     assert isinstance(fused, list) and all(isinstance(r, Ranked) for r in fused)
     assert [r.rank for r in fused] == list(range(1, len(fused) + 1)) and len(fused) <= params.k
-    vector = hybrid.vector_search(conn, schema, embedder.embed([query])[0], params.n)
-    assert fused == hybrid.rrf([vector, hits], params.rrf_k, params.weights)[: params.k]
+    vector = dense.vector_search(conn, schema, embedder.embed([query])[0], params.n)
+    assert fused == fusion.rrf([vector, hits], params.rrf_k, params.weights)[: params.k]
 
 
 def test_negated_terms_exclude(indexed, schema):
     conn, _, chunks = indexed
     by_id = {c.chunk_id: c for c in chunks}
-    hits = bm25.bm25_search(conn, schema, "rank fusion -reciprocal", n=200)
+    hits = bm25_rank.bm25_search(conn, schema, "rank fusion -reciprocal", n=200)
     assert hits and all("reciprocal" not in by_id[h.chunk_id].text.lower() for h in hits)
 
 

@@ -17,7 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from benchmarks.guards.bench_embed import PreviousHashEmbedder  # the implementation before the vectorised one, kept verbatim
-from retrieval_assets.index import chunker, embed
+from retrieval_assets.index import chunker, embed, token_table
 from retrieval_assets.index.embed import HashEmbedder
 
 
@@ -253,7 +253,7 @@ def test_fork_while_another_thread_embeds():
 
 def test_int_map_against_a_dict():
     rng = np.random.default_rng(0)
-    table, reference = embed._IntMap(bits=4), {}
+    table, reference = token_table._IntMap(bits=4), {}
     for size in (1, 5, 100, 3_000, 20_000):
         # keys crowding the low bits, as word-id pairs do, plus random ones
         keys = np.unique(np.concatenate([rng.integers(0, 50, size) << 32 | rng.integers(0, 50, size),

@@ -5,7 +5,8 @@ import pytest
 
 from retrieval_assets.evaluation import crossval
 
-from retrieval_assets.search import hybrid, pipeline
+from retrieval_assets.search import pipeline
+from retrieval_assets.search.fusion import convex, fuse, normalise, rrf
 from retrieval_assets.params import DEFAULT, PIPELINES, SEED, RetrievalParams, named
 from retrieval_assets.search.rerank import CorpusStats, LexicalReranker, blend
 from retrieval_assets.types import Hit, Ranked
@@ -20,7 +21,7 @@ LEXICAL = hits(("c", 12.0), ("d", 6.0), ("a", 2.0))
 
 
 def test_minmax_fusion_by_hand():
-    fused = hybrid.convex([VECTOR, LEXICAL], "minmax", (0.5, 0.5))
+    fused = convex([VECTOR, LEXICAL], "minmax", (0.5, 0.5))
     # vector: a 1, b 0.5, c 0; lexical: c 1, d 0.4, a 0; absent = 0
     expected = {"a": 0.5, "b": 0.25, "c": 0.5, "d": 0.2}
     assert {r.chunk_id: pytest.approx(r.score) for r in fused} == expected
@@ -29,11 +30,11 @@ def test_minmax_fusion_by_hand():
     ranks = {r.chunk_id: r.ranks for r in fused}
     assert ranks == {"a": (1, 3), "b": (2, None), "c": (3, 1), "d": (None, 2)}
     # the weights decide: all on the vector list gives its order, absent chunks last
-    assert [r.chunk_id for r in hybrid.convex([VECTOR, LEXICAL], "minmax", (1.0, 0.0))][:3] == ["a", "b", "c"]
+    assert [r.chunk_id for r in convex([VECTOR, LEXICAL], "minmax", (1.0, 0.0))][:3] == ["a", "b", "c"]
 
 
 def test_zscore_fusion_absent_counts_as_the_lists_lowest():
-    fused = {r.chunk_id: r.score for r in hybrid.convex([VECTOR, LEXICAL], "zscore", (1.0, 1.0))}
+    fused = {r.chunk_id: r.score for r in convex([VECTOR, LEXICAL], "zscore", (1.0, 1.0))}
     v = (np.array([0.9, 0.5, 0.1]) - 0.5) / np.std([0.9, 0.5, 0.1])
     t = (np.array([12.0, 6.0, 2.0]) - np.mean([12.0, 6.0, 2.0])) / np.std([12.0, 6.0, 2.0])
     assert fused["b"] == pytest.approx(v[1] + t.min())
@@ -42,20 +43,20 @@ def test_zscore_fusion_absent_counts_as_the_lists_lowest():
 
 
 def test_fusion_edge_cases():
-    assert hybrid.convex([[], []], "minmax") == []
-    one = hybrid.convex([hits(("x", 3.0)), []], "minmax", (0.3, 0.7))  # a constant list normalises to 1
+    assert convex([[], []], "minmax") == []
+    one = convex([hits(("x", 3.0)), []], "minmax", (0.3, 0.7))  # a constant list normalises to 1
     assert [(r.chunk_id, r.score, r.ranks) for r in one] == [("x", pytest.approx(0.3), (1, None))]
-    assert [r.chunk_id for r in hybrid.convex([hits(("b", 1.0), ("a", 1.0)), []], "zscore")] == ["a", "b"]
+    assert [r.chunk_id for r in convex([hits(("b", 1.0), ("a", 1.0)), []], "zscore")] == ["a", "b"]
     with pytest.raises(ValueError, match="2 weights for 1 lists"):
-        hybrid.convex([VECTOR], "minmax", (0.5, 0.5))
+        convex([VECTOR], "minmax", (0.5, 0.5))
     with pytest.raises(ValueError, match="unknown normalisation 'max'"):
-        hybrid.normalise(np.array([1.0]), "max")
+        normalise(np.array([1.0]), "max")
     # fuse dispatches on params.fusion; RRF is scale-free in its weights
-    assert hybrid.fuse([VECTOR, LEXICAL], DEFAULT.with_(fusion="rrf")) == hybrid.rrf([VECTOR, LEXICAL], 60, DEFAULT.weights)
-    half = [r.chunk_id for r in hybrid.fuse([VECTOR, LEXICAL], DEFAULT.with_(fusion="rrf", weights=(0.5, 0.5)))]
-    assert half == [r.chunk_id for r in hybrid.rrf([VECTOR, LEXICAL], 60, (1.0, 1.0))]
-    assert hybrid.fuse([VECTOR, LEXICAL], DEFAULT.with_(fusion="zscore", weights=(0.2, 0.8))) == \
-        hybrid.convex([VECTOR, LEXICAL], "zscore", (0.2, 0.8))
+    assert fuse([VECTOR, LEXICAL], DEFAULT.with_(fusion="rrf")) == rrf([VECTOR, LEXICAL], 60, DEFAULT.weights)
+    half = [r.chunk_id for r in fuse([VECTOR, LEXICAL], DEFAULT.with_(fusion="rrf", weights=(0.5, 0.5)))]
+    assert half == [r.chunk_id for r in rrf([VECTOR, LEXICAL], 60, (1.0, 1.0))]
+    assert fuse([VECTOR, LEXICAL], DEFAULT.with_(fusion="zscore", weights=(0.2, 0.8))) == \
+        convex([VECTOR, LEXICAL], "zscore", (0.2, 0.8))
 
 
 def test_blend_keeps_the_reranker_at_one_the_fused_order_at_zero():

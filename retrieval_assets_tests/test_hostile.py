@@ -18,7 +18,7 @@ from retrieval_assets.corpus import golden
 
 from retrieval_assets.index import bm25, chunker, store
 
-from retrieval_assets.search import hybrid, pipeline
+from retrieval_assets.search import pipeline, ts_rank
 from retrieval_assets.defs import corpus as corpus_defs
 from retrieval_assets.defs import index as index_defs
 from retrieval_assets.defs.resources import CorpusResource, PostgresResource
@@ -176,8 +176,8 @@ with psycopg.connect({pg_dsn!r}) as conn:
 
 def slow_text(monkeypatch) -> None:
     """The ts_rank_cd statement made to outlast a 1 ms limit (it sleeps 10 ms), whatever the query."""
-    assert hybrid._TEXT.count("::text AS t)") == 1
-    monkeypatch.setattr(hybrid, "_TEXT", hybrid._TEXT.replace("::text AS t)", "::text AS t FROM pg_sleep(0.01))"))
+    assert ts_rank._TEXT.count("::text AS t)") == 1
+    monkeypatch.setattr(ts_rank, "_TEXT", ts_rank._TEXT.replace("::text AS t)", "::text AS t FROM pg_sleep(0.01))"))
 
 
 def test_a_ten_thousand_character_query_is_cut_and_answered(indexed, schema, caplog, monkeypatch):

@@ -10,7 +10,7 @@ from retrieval_assets.corpus import golden as golden_set
 from retrieval_assets import pg
 from retrieval_assets.evaluation import metrics
 from retrieval_assets.index import store
-from retrieval_assets.search import hybrid, pipeline, tsquery
+from retrieval_assets.search import dense, fusion, hybrid, pipeline, ts_rank, tsquery
 from retrieval_assets.params import RetrievalParams
 from retrieval_assets.index.tables import statement
 from retrieval_assets.types import Chunk, Hit
@@ -33,7 +33,7 @@ def test_vector_scores_are_one_minus_cosine_distance(indexed, schema):
     conn, embedder, chunks = indexed
     by_id = {c.chunk_id: c for c in chunks}
     query = "how does reciprocal rank fusion merge two ranked lists"
-    hits = hybrid.vector_search(conn, schema, embedder.embed([query])[0], n=20)
+    hits = dense.vector_search(conn, schema, embedder.embed([query])[0], n=20)
     assert [h.rank for h in hits] == list(range(1, 21))
     qv = embedder.embed([query])[0]
     vecs = embedder.embed([by_id[h.chunk_id].text for h in hits])
@@ -44,7 +44,7 @@ def test_vector_scores_are_one_minus_cosine_distance(indexed, schema):
 
 def test_vector_search_raises_ef_search_to_n(indexed, schema):
     conn, embedder, chunks = indexed
-    assert len(hybrid.vector_search(conn, schema, embedder.embed(["postgres index"])[0], n=200)) == 200
+    assert len(dense.vector_search(conn, schema, embedder.embed(["postgres index"])[0], n=200)) == 200
     # the setting is transaction-local: the session default is untouched
     assert conn.execute("SHOW hnsw.ef_search").fetchone()[0] == "40"
 
@@ -72,18 +72,18 @@ def test_ef_search_can_be_raised_above_n(indexed, schema, n, ef_search, applied)
     conn, embedder, _ = indexed
     spy = Spy(conn)
     vector = embedder.embed(["postgres index"])[0]
-    hits = hybrid.vector_search(spy, schema, vector, n=n, ef_search=ef_search)
+    hits = dense.vector_search(spy, schema, vector, n=n, ef_search=ef_search)
     assert len(hits) == n
     assert [p for q, p in spy.calls if isinstance(q, str) and "hnsw.ef_search" in q] == [(applied,)]
     with pytest.raises(ValueError, match="ef_search must be at least 1, got 0"):
-        hybrid.vector_search(conn, schema, vector, n=n, ef_search=0)
+        dense.vector_search(conn, schema, vector, n=n, ef_search=0)
     with pytest.raises(ValueError, match="ef_search must be a positive integer"):
         RetrievalParams(ef_search=0)
 
 
 def test_text_search_ranks_by_ts_rank_cd_with_chunk_id_ties(indexed, schema):
     conn, _, _ = indexed
-    hits = hybrid.text_search(conn, schema, "BM25 saturation", n=50)
+    hits = ts_rank.text_search(conn, schema, "BM25 saturation", n=50)
     expected = conn.execute(statement(
         schema,
         """SELECT chunk_id, ts_rank_cd(tsv, to_tsquery('english', 'bm25 | saturation'), 32) AS s FROM {chunks}
@@ -95,7 +95,7 @@ def test_text_search_ranks_by_ts_rank_cd_with_chunk_id_ties(indexed, schema):
 
 def test_text_search_ors_words_instead_of_anding_them(indexed, schema):
     conn, _, _ = indexed
-    hits = hybrid.text_search(conn, schema, "saturation zzzunknownword", n=50)
+    hits = ts_rank.text_search(conn, schema, "saturation zzzunknownword", n=50)
     assert hits, "websearch_to_tsquery would AND the words and find nothing"
 
 
@@ -103,7 +103,7 @@ def test_text_search_ors_words_instead_of_anding_them(indexed, schema):
 def test_hostile_queries_never_raise_and_keep_vector_results(indexed, schema, query):
     conn, embedder, _ = indexed
     fused = hybrid.search(conn, schema, embedder, query, RetrievalParams(n=50, k=10))
-    hybrid.text_search(conn, schema, query)
+    ts_rank.text_search(conn, schema, query)
     if any(ch.isalnum() for ch in query):
         assert fused, query
 
@@ -111,20 +111,20 @@ def test_hostile_queries_never_raise_and_keep_vector_results(indexed, schema, qu
 @pytest.mark.parametrize("query", ["", "-", "   ", "!!!", "'\"", "-\"\""])
 def test_queries_without_words_return_nothing_everywhere(indexed, schema, query):
     conn, embedder, _ = indexed
-    assert hybrid.vector_search(conn, schema, embedder.embed([query])[0]) == []
-    assert hybrid.text_search(conn, schema, query) == []
+    assert dense.vector_search(conn, schema, embedder.embed([query])[0]) == []
+    assert ts_rank.text_search(conn, schema, query) == []
     assert hybrid.search(conn, schema, embedder, query) == []
 
 
 def test_negated_word_and_phrase_exclude_every_chunk_containing_them(indexed, schema):
     conn, _, chunks = indexed
     by_id = {c.chunk_id: c for c in chunks}
-    plain = hybrid.text_search(conn, schema, "rank fusion", n=200)
+    plain = ts_rank.text_search(conn, schema, "rank fusion", n=200)
     assert any("reciprocal" in by_id[h.chunk_id].text.lower() for h in plain)
-    without = hybrid.text_search(conn, schema, "rank fusion -reciprocal", n=200)
+    without = ts_rank.text_search(conn, schema, "rank fusion -reciprocal", n=200)
     assert without and all("reciprocal" not in by_id[h.chunk_id].text.lower() for h in without)
     assert any("rank fusion" in by_id[h.chunk_id].text.lower() for h in plain)
-    no_phrase = hybrid.text_search(conn, schema, 'ranking -"rank fusion"', n=200)
+    no_phrase = ts_rank.text_search(conn, schema, 'ranking -"rank fusion"', n=200)
     assert no_phrase
     for h in no_phrase:
         tsv = conn.execute(statement(schema, "SELECT tsv @@ phraseto_tsquery('english', 'rank fusion') FROM {chunks} WHERE chunk_id = %s"),
@@ -150,11 +150,11 @@ def test_text_search_gives_ts_rank_cd_exactly_for_plain_words_and_phrases(indexe
     ts_rank_cd list (ids, order and float4 scores), ties by chunk_id, at every n."""
     conn, _, _ = indexed
     queries = [q.query for q in golden] + HOSTILE + ["rank fusion -reciprocal", 'ranking -"rank fusion"', "rank rank RANKING ranked"]
-    assert {hybrid.plain_words(conn, q) for q in queries} == {True, False}
+    assert {ts_rank.plain_words(conn, q) for q in queries} == {True, False}
     for query in queries:
         for n in (1, 3, 10, 50, 200):
             expected = ts_rank_cd_list(conn, schema, query, n)
-            assert [(h.chunk_id, h.score, h.rank) for h in hybrid.text_search(conn, schema, query, n)] == [
+            assert [(h.chunk_id, h.score, h.rank) for h in ts_rank.text_search(conn, schema, query, n)] == [
                 (cid, s, i) for i, (cid, s) in enumerate(expected, 1)], (query, n)
 
 
@@ -172,19 +172,19 @@ def test_a_repeated_term_is_searched_once_with_the_same_scores(indexed, schema, 
         pos = " | ".join(f"( {t} )" for t in terms if not t.startswith("!"))
         neg = " | ".join(f"( {t[1:].strip()} )" for t in terms if t.startswith("!")) or None
         expected = ranked_by_ts_rank_cd(conn, schema, pos, neg, 50)
-        assert [(h.chunk_id, h.score) for h in hybrid.text_search(conn, schema, query, 50)] == expected, query
+        assert [(h.chunk_id, h.score) for h in ts_rank.text_search(conn, schema, query, 50)] == expected, query
 
 def test_plain_words_are_scored_without_reading_a_tsv(indexed, schema):
     """With the narrow tsv copy emptied (inside a transaction, rolled back) a plain query still finds its
     chunks, from the postings; a phrase or a negation needs the tsv and finds nothing."""
     conn, _, _ = indexed
-    before = hybrid.text_search(conn, schema, "reciprocal rank fusion", 20)
-    assert before and hybrid.plain_words(conn, "reciprocal rank fusion") and not hybrid.plain_words(conn, '"rank fusion"')
+    before = ts_rank.text_search(conn, schema, "reciprocal rank fusion", 20)
+    assert before and ts_rank.plain_words(conn, "reciprocal rank fusion") and not ts_rank.plain_words(conn, '"rank fusion"')
     with conn.transaction(force_rollback=True):
         conn.execute(statement(schema, "DELETE FROM {fulltext}"))
-        assert hybrid.text_search(conn, schema, "reciprocal rank fusion", 20) == before
-        assert hybrid.text_search(conn, schema, '"rank fusion"', 20) == []
-        assert hybrid.text_search(conn, schema, "rank -reciprocal", 20) == []
+        assert ts_rank.text_search(conn, schema, "reciprocal rank fusion", 20) == before
+        assert ts_rank.text_search(conn, schema, '"rank fusion"', 20) == []
+        assert ts_rank.text_search(conn, schema, "rank -reciprocal", 20) == []
 
 
 def test_phrase_queries_rank_only_the_chunks_their_postings_bound_high(indexed, schema):
@@ -194,8 +194,8 @@ def test_phrase_queries_rank_only_the_chunks_their_postings_bound_high(indexed, 
     ranked, and it comes first (it ties the best and sorts first)."""
     conn, _, _ = indexed
     query = "cross-encoder reranking"
-    assert not hybrid.plain_words(conn, query)
-    best = hybrid.text_search(conn, schema, query, 3)
+    assert not ts_rank.plain_words(conn, query)
+    best = ts_rank.text_search(conn, schema, query, 3)
     assert best
     stranger = conn.execute(statement(schema, """SELECT chunk_id FROM {fulltext}
         WHERE NOT tsv @@ to_tsquery('english', 'cross | encod | rerank | cross-encod') ORDER BY chunk_id LIMIT 1""")).fetchone()[0]
@@ -203,8 +203,8 @@ def test_phrase_queries_rank_only_the_chunks_their_postings_bound_high(indexed, 
     with conn.transaction(force_rollback=True):
         conn.execute(statement(schema, "UPDATE {fulltext} SET tsv = (SELECT tsv FROM {fulltext} WHERE chunk_id = %s) WHERE chunk_id = %s"),
                      (best[0].chunk_id, stranger))
-        assert hybrid.text_search(conn, schema, query, 3) == best
-        assert hybrid.text_search(conn, schema, query, 400)[0].chunk_id == stranger
+        assert ts_rank.text_search(conn, schema, query, 3) == best
+        assert ts_rank.text_search(conn, schema, query, 400)[0].chunk_id == stranger
 
 
 def test_postings_scores_match_ts_rank_cd_where_a_tsvector_caps_positions(indexed, pg_dsn, schema):
@@ -226,7 +226,7 @@ def test_postings_scores_match_ts_rank_cd_where_a_tsvector_caps_positions(indexe
                           "cross-encoder ranking", "fusion -tail"):
                 expected = ts_rank_cd_list(conn, name, query, 10)
                 assert expected, query
-                assert [(h.chunk_id, h.score) for h in hybrid.text_search(conn, name, query, 10)] == expected, query
+                assert [(h.chunk_id, h.score) for h in ts_rank.text_search(conn, name, query, 10)] == expected, query
             # W / (W + 1) as float4 from count x 0.1, against ts_rank_cd of a tsvector with that many positions
             mismatched = conn.execute("""
                 SELECT count(*) FROM generate_series(1, 3000) AS c,
@@ -241,7 +241,7 @@ def test_postings_scores_match_ts_rank_cd_where_a_tsvector_caps_positions(indexe
 
 def test_query_with_only_negations_returns_nothing(indexed, schema):
     conn, embedder, _ = indexed
-    assert hybrid.text_search(conn, schema, "-fusion -rank") == []
+    assert ts_rank.text_search(conn, schema, "-fusion -rank") == []
 
 
 def _hits(ids):
@@ -249,7 +249,7 @@ def _hits(ids):
 
 
 def test_rrf_formula_ranks_and_tie_break():
-    fused = hybrid.rrf([_hits(["a", "b", "c"]), _hits(["c", "b", "d"])], k=60)
+    fused = fusion.rrf([_hits(["a", "b", "c"]), _hits(["c", "b", "d"])], k=60)
     score = {r.chunk_id: r.score for r in fused}
     assert score["b"] == pytest.approx(2 / 62)
     assert score["c"] == pytest.approx(1 / 63 + 1 / 61)
@@ -257,14 +257,14 @@ def test_rrf_formula_ranks_and_tie_break():
     assert [r.chunk_id for r in fused] == ["c", "b", "a", "d"]
     assert fused[0].ranks == (3, 1) and fused[2].ranks == (1, None) and fused[3].ranks == (None, 3)
     assert [r.rank for r in fused] == [1, 2, 3, 4]
-    tie = hybrid.rrf([_hits(["y"]), _hits(["x"])])
+    tie = fusion.rrf([_hits(["y"]), _hits(["x"])])
     assert [r.chunk_id for r in tie] == ["x", "y"]
 
 
 def test_rrf_ignores_raw_scores():
     huge = [Hit(f"h{i}", 1e9 - i, i) for i in range(1, 31)]
     tiny = [Hit("first", 0.001, 1)]
-    fused = hybrid.rrf([tiny, huge])
+    fused = fusion.rrf([tiny, huge])
     assert fused[0].chunk_id == "first"
     assert [r.chunk_id for r in fused].index("first") < [r.chunk_id for r in fused].index("h30")
 
@@ -272,7 +272,7 @@ def test_rrf_ignores_raw_scores():
 def test_thirtieth_in_both_lists_beats_first_in_one():
     filler_a = [f"a{i}" for i in range(29)] + ["both"]
     filler_b = [f"b{i}" for i in range(29)] + ["both"]
-    fused = hybrid.rrf([_hits(filler_a), _hits(filler_b)] + [_hits(["solo"])])
+    fused = fusion.rrf([_hits(filler_a), _hits(filler_b)] + [_hits(["solo"])])
     score = {r.chunk_id: r.score for r in fused}
     assert score["both"] == pytest.approx(2 / 90) and score["solo"] == pytest.approx(1 / 61)
     ids = [r.chunk_id for r in fused]
@@ -285,8 +285,8 @@ def test_lexical_golden_query_found_by_full_text_missed_by_vectors(indexed, sche
     q = next(g for g in golden if g.query_id == query_id)
     assert q.kind == "lexical"
     rel = golden_set.relevant(chunks, q)
-    text_ids = [h.chunk_id for h in hybrid.text_search(conn, schema, q.query, 10)]
-    vector_ids = [h.chunk_id for h in hybrid.vector_search(conn, schema, embedder.embed([q.query])[0], 10)]
+    text_ids = [h.chunk_id for h in ts_rank.text_search(conn, schema, q.query, 10)]
+    vector_ids = [h.chunk_id for h in dense.vector_search(conn, schema, embedder.embed([q.query])[0], 10)]
     assert rel & set(text_ids)
     assert not rel & set(vector_ids)
 
@@ -298,8 +298,8 @@ def test_fused_recall_at_10_beats_each_side(indexed, schema, golden):
     for q in golden:
         rel = golden_set.relevant(chunks, q)
         vector = embedder.embed([q.query])[0]
-        recall["vector"].append(metrics.recall_at_k([h.chunk_id for h in hybrid.vector_search(conn, schema, vector, 50)], rel, 10))
-        recall["text"].append(metrics.recall_at_k([h.chunk_id for h in hybrid.text_search(conn, schema, q.query, 50)], rel, 10))
+        recall["vector"].append(metrics.recall_at_k([h.chunk_id for h in dense.vector_search(conn, schema, vector, 50)], rel, 10))
+        recall["text"].append(metrics.recall_at_k([h.chunk_id for h in ts_rank.text_search(conn, schema, q.query, 50)], rel, 10))
         recall["fused"].append(metrics.recall_at_k([r.chunk_id for r in hybrid.search(conn, schema, embedder, q.query, params)], rel, 10))
     mean = {k: sum(v) / len(v) for k, v in recall.items()}
     assert mean["fused"] >= mean["vector"] and mean["fused"] >= mean["text"]
@@ -327,7 +327,7 @@ def test_text_search_equals_ts_rank_cd_on_random_queries(indexed, schema, words,
     conn, _, _ = indexed
     query = " ".join(words)
     expected = ts_rank_cd_list(conn, schema, query, n)
-    assert [(h.chunk_id, h.score) for h in hybrid.text_search(conn, schema, query, n)] == expected, query
+    assert [(h.chunk_id, h.score) for h in ts_rank.text_search(conn, schema, query, n)] == expected, query
 
 @pytest.mark.parametrize("lexical", ["ts_rank_cd", "bm25"])
 def test_first_stage_runs_the_graph_search_on_the_partner_beside_the_text_list(indexed, schema, golden, lexical, monkeypatch):
@@ -338,11 +338,11 @@ def test_first_stage_runs_the_graph_search_on_the_partner_beside_the_text_list(i
     conn, embedder, _ = indexed
     params = RetrievalParams(n=60, lexical=lexical, statement_timeout_ms=4321)
     sent = []
-    real = hybrid._partner_part
-    monkeypatch.setattr(hybrid, "_partner_part", lambda partner, *a: sent.append(partner) or real(partner, *a))
-    partner = hybrid.scan_partner(conn, False, "ts_rank_cd")
-    assert partner is not None and hybrid.scan_partner(conn, False) is None  # a vector search alone keeps its session
-    assert (hybrid.scan_partner(conn, False, lexical) is partner) == (lexical == "ts_rank_cd")
+    real = dense._partner_part
+    monkeypatch.setattr(dense, "_partner_part", lambda partner, *a: sent.append(partner) or real(partner, *a))
+    partner = dense.scan_partner(conn, False, "ts_rank_cd")
+    assert partner is not None and dense.scan_partner(conn, False) is None  # a vector search alone keeps its session
+    assert (dense.scan_partner(conn, False, lexical) is partner) == (lexical == "ts_rank_cd")
     for q in golden[:12]:
         vector = embedder.embed([q.query])[0]
         beside = hybrid.first_stage(conn, schema, vector, q.query, params)
@@ -355,7 +355,7 @@ def test_first_stage_runs_the_graph_search_on_the_partner_beside_the_text_list(i
     assert partner.execute("SHOW hnsw.ef_search").fetchone()[0] == "40"  # ef_search 60 was local to its statement
     sent.clear()
     with conn.transaction():
-        assert hybrid.scan_partner(conn, False, "ts_rank_cd") is None
+        assert dense.scan_partner(conn, False, "ts_rank_cd") is None
         hybrid.first_stage(conn, schema, embedder.embed(["rank fusion"])[0], "rank fusion", params)
     assert sent == []
 
@@ -366,9 +366,9 @@ def test_a_graph_search_on_the_partner_past_its_limit_is_a_search_timeout(indexe
     sessions search on afterwards."""
     conn, embedder, _ = indexed
     retriever = pipeline.retriever(conn, schema, embedder, RetrievalParams())
-    assert not retriever.exact and hybrid.scan_partner(conn, retriever.exact, "ts_rank_cd") is not None
-    slow = hybrid._GRAPH.replace("FROM {chunks}", "FROM {chunks}, (SELECT pg_sleep(0.5)) AS slow")
-    monkeypatch.setattr(hybrid, "_GRAPH", slow)
+    assert not retriever.exact and dense.scan_partner(conn, retriever.exact, "ts_rank_cd") is not None
+    slow = dense._GRAPH.replace("FROM {chunks}", "FROM {chunks}, (SELECT pg_sleep(0.5)) AS slow")
+    monkeypatch.setattr(dense, "_GRAPH", slow)
     with pytest.raises(pipeline.SearchTimeout, match="statement_timeout_ms=100"):
         pipeline.run(conn, retriever, "rank fusion", RetrievalParams(lexical="ts_rank_cd", statement_timeout_ms=100))
     monkeypatch.undo()

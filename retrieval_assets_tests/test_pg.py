@@ -6,6 +6,7 @@ import time
 import pytest
 
 from retrieval_assets import pg
+from retrieval_assets.pg import server, sessions
 
 
 def _free_port() -> int:
@@ -78,14 +79,14 @@ def test_a_restart_setting_waits_while_another_client_is_connected(tmp_path, mon
     try:
         with pg.connect() as other:
             pid = other.execute("SELECT pg_postmaster_start_time()").fetchone()[0]
-            monkeypatch.setitem(pg.SERVER_SETTINGS, "shared_buffers", "144MB")
-            pg._SERVERS.clear()  # as a second process would: find the server running, apply the settings
+            monkeypatch.setitem(server.SERVER_SETTINGS, "shared_buffers", "144MB")
+            server._SERVERS.clear()  # as a second process would: find the server running, apply the settings
             with pg.connect() as conn:
                 assert conn.execute("SELECT pg_postmaster_start_time()").fetchone()[0] == pid  # not restarted under a client
                 assert conn.execute("SHOW shared_buffers").fetchone()[0] != "144MB"
             assert "applies shared_buffers at its next start (1 other clients are connected now)" in caplog.text
             assert ("shared_buffers", "512MB", "pending restart") in pg.server_settings(other)
-        pg._SERVERS.clear()
+        server._SERVERS.clear()
         with pg.connect() as conn:  # nobody else connected now: restarted with it
             assert conn.execute("SHOW shared_buffers").fetchone()[0] == "144MB"
             assert ("shared_buffers", "144MB", "as set") in pg.server_settings(conn)
@@ -127,9 +128,9 @@ def test_a_start_that_outlives_pg_ctls_timeout_is_waited_for(tmp_path, monkeypat
 
 
 def test_a_start_that_never_becomes_ready_names_the_log(tmp_path, monkeypatch):
-    monkeypatch.setattr(pg, "START_TIMEOUT_S", 0.5)
+    monkeypatch.setattr(server, "START_TIMEOUT_S", 0.5)
     with pytest.raises(pg.ConnectError, match=r"did not start within 0.5 s \(its log: .*log\)"):
-        pg._wait_until_ready(tmp_path, pg.START_TIMEOUT_S)
+        server._wait_until_ready(tmp_path, server.START_TIMEOUT_S)
 
 
 def test_session_reuses_one_backend_and_hands_it_back_clean(pg_dsn):
@@ -170,7 +171,7 @@ def test_idle_connections_are_closed_at_exit(pg_dsn):
     with pg.session(pg_dsn) as conn:
         pid = conn.info.backend_pid
     assert not conn.closed  # idle, kept for the next block
-    pg._close_idle()
+    sessions._close_idle()
     assert conn.closed
     with pg.session(pg_dsn) as fresh:
         assert fresh.info.backend_pid != pid
@@ -182,7 +183,7 @@ def test_a_forked_child_leaves_its_parents_idle_connections_alone(pg_dsn):
     child = os.fork()
     if child == 0:  # the child's exit hook runs, then it leaves without the parent's
         try:
-            pg._close_idle()
+            sessions._close_idle()
         finally:
             os._exit(0)
     os.waitpid(child, 0)
@@ -233,7 +234,7 @@ def test_a_bad_search_sessions_value_is_refused_before_connecting(value, monkeyp
     from retrieval_assets import cli
 
     monkeypatch.setenv(pg.ENV_SESSIONS, value)
-    monkeypatch.setattr(pg, "resolve_dsn", lambda dsn=None: pytest.fail("connected despite the bad value"))
+    monkeypatch.setattr(server, "resolve_dsn", lambda dsn=None: pytest.fail("connected despite the bad value"))
     message = f"$RETRIEVAL_SEARCH_SESSIONS must be 1 (each search in its connection's session) or 2 (a partner session beside it), got '{value}'"
     with pytest.raises(ValueError) as err:
         pg.connect()
@@ -257,6 +258,6 @@ def test_the_settings_command_prints_each_server_setting_and_its_state(pg_dsn, m
     assert sorted(line.split(" = ")[0] for line in out) == sorted(pg.SERVER_SETTINGS)
     if not os.environ.get("RETRIEVAL_TEST_DSN") and os.environ.get("RETRIEVAL_TEST_BACKEND") != "docker":
         assert all(line.endswith("(as set)") for line in out), out  # the test server is an embedded one
-    monkeypatch.setitem(pg.SERVER_SETTINGS, "client_connection_check_interval", "7s")
+    monkeypatch.setitem(server.SERVER_SETTINGS, "client_connection_check_interval", "7s")
     assert pg.main(["settings"]) == 0
     assert "(the embedded default is 7s)" in capsys.readouterr().out

@@ -8,9 +8,9 @@ import pytest
 
 from retrieval_assets import pg
 
-from retrieval_assets.index import bm25, store
+from retrieval_assets.index import store
 
-from retrieval_assets.search import hybrid, pipeline
+from retrieval_assets.search import bm25_rank, dense, fusion, hybrid, pipeline
 from retrieval_assets.index.embed import HashEmbedder
 from retrieval_assets.params import DEFAULT, PRF_TERMS_MAX, SEED, RetrievalParams
 from retrieval_assets.types import Hit, Ranked
@@ -75,7 +75,7 @@ def assert_hits(got, expected, label):
 
 
 def query_terms(conn, schema, query):
-    _, found = bm25.send_query(conn, schema, query, 50)()
+    _, found = bm25_rank.send_query(conn, schema, query, 50)()
     return [] if found is None else found["terms"]
 
 
@@ -85,7 +85,7 @@ def test_weighted_search_equals_bm25s_term_by_term(indexed, schema, golden, refe
     (cost 0) and bm25_search's own choice: the exact weighted top n, scores included."""
     conn, _, _ = indexed
     if cost is not None:
-        monkeypatch.setattr(bm25, "LOOKUP_COST", cost)
+        monkeypatch.setattr(bm25_rank, "LOOKUP_COST", cost)
     rng = np.random.default_rng(0)
     compared = 0
     for q in golden:
@@ -93,7 +93,7 @@ def test_weighted_search_equals_bm25s_term_by_term(indexed, schema, golden, refe
         weights = {t: float(w) for t, w in zip(terms, rng.uniform(0, 2, len(terms)))}
         weights[terms[-1]] = 0.0  # a zero weight drops the term
         for n in (3, 50):
-            hits = bm25.weighted_search(conn, schema, weights, n)
+            hits = bm25_rank.weighted_search(conn, schema, weights, n)
             expected = reference.top(reference.weighted(weights), n)
             assert_hits(hits, expected, (q.query_id, n))
             compared += len(hits)
@@ -106,17 +106,17 @@ def test_weights_of_one_give_bm25_search_exactly(indexed, schema, golden):
         terms = query_terms(conn, schema, q.query)
         if not terms or "-" in q.query:  # a negated term excludes in bm25_search only
             continue
-        assert bm25.weighted_search(conn, schema, {t: 1.0 for t in terms}, 50) == bm25.bm25_search(conn, schema, q.query, 50)
+        assert bm25_rank.weighted_search(conn, schema, {t: 1.0 for t in terms}, 50) == bm25_rank.bm25_search(conn, schema, q.query, 50)
 
 
 def test_weighted_search_refuses_bad_weights_and_finds_nothing_for_no_terms(indexed, schema):
     conn, _, _ = indexed
     for bad in (-1.0, float("nan"), float("inf"), "1", True):
         with pytest.raises(ValueError, match="term weights must be finite numbers >= 0"):
-            bm25.weighted_search(conn, schema, {"rank": bad}, 10)
-    assert bm25.weighted_search(conn, schema, {}, 10) == []
-    assert bm25.weighted_search(conn, schema, {"rank": 0.0}, 10) == []
-    assert bm25.weighted_search(conn, schema, {"zzzunknownzzz": 1.0}, 10) == []
+            bm25_rank.weighted_search(conn, schema, {"rank": bad}, 10)
+    assert bm25_rank.weighted_search(conn, schema, {}, 10) == []
+    assert bm25_rank.weighted_search(conn, schema, {"rank": 0.0}, 10) == []
+    assert bm25_rank.weighted_search(conn, schema, {"zzzunknownzzz": 1.0}, 10) == []
 
 
 @pytest.mark.parametrize(("docs", "kept", "lam"), [(10, 10, 0.5), (3, 25, 0.8), (20, 5, 0.2), (1, 1, 1.0)])
@@ -126,10 +126,10 @@ def test_rm3_expansion_equals_a_numpy_reference(indexed, schema, golden, referen
     for q in golden:
         if "-" in q.query:
             continue
-        first, found = bm25.send_query(conn, schema, q.query, 50)()
+        first, found = bm25_rank.send_query(conn, schema, q.query, 50)()
         if not first:
             continue
-        got = bm25.expanded_search(conn, schema, q.query, 50, docs=docs, terms=kept, weight=lam)
+        got = bm25_rank.expanded_search(conn, schema, q.query, 50, docs=docs, terms=kept, weight=lam)
         weights = reference.rm3(found["terms"], first[:docs], kept, lam)
         expected = reference.top(reference.weighted(weights), 50)
         assert_hits(got, expected, q.query_id)
@@ -140,8 +140,8 @@ def test_rm3_expansion_equals_a_numpy_reference(indexed, schema, golden, referen
 def test_rm3_weight_zero_is_the_first_search(indexed, schema, golden):
     conn, _, _ = indexed
     for q in golden:
-        plain = bm25.bm25_search(conn, schema, q.query, 50)
-        got = bm25.expanded_search(conn, schema, q.query, 50, docs=10, terms=10, weight=0.0)
+        plain = bm25_rank.bm25_search(conn, schema, q.query, 50)
+        got = bm25_rank.expanded_search(conn, schema, q.query, 50, docs=10, terms=10, weight=0.0)
         assert_hits(got, [(h.chunk_id, h.score) for h in plain], q.query_id)
 
 
@@ -155,19 +155,19 @@ def test_rm3_on_a_tiny_corpus_brings_in_the_co_occurring_term(scratch):  # noqa:
              "orchard trees need pruning and care", "granite rock climbing", "river boats and harbours",
              "a quiet harbour town", "climbing gear for rock faces"]
     store.sync(conn, schema, make("d", texts), HashEmbedder())
-    plain = bm25.bm25_search(conn, schema, "apple", 10)
+    plain = bm25_rank.bm25_search(conn, schema, "apple", 10)
     assert {h.chunk_id for h in plain} == {"d#000", "d#001", "d#002"}
-    _, found = bm25.send_query(conn, schema, "apple", 10)()
+    _, found = bm25_rank.send_query(conn, schema, "apple", 10)()
     weights = Reference(conn, schema).rm3(found["terms"], plain, 3, 0.5)
     assert max((t for t in weights if t != "appl"), key=weights.get) == "orchard"
-    expanded = bm25.expanded_search(conn, schema, "apple", 10, docs=3, terms=3, weight=0.5)
+    expanded = bm25_rank.expanded_search(conn, schema, "apple", 10, docs=3, terms=3, weight=0.5)
     assert "d#003" in {h.chunk_id for h in expanded}
     assert {h.chunk_id for h in expanded[:3]} == {"d#000", "d#001", "d#002"}
     # through the pipeline's first stage, the hash embedder's list beside it
     params = RetrievalParams(lexical="bm25", n=10, k=5, prf_docs=3, prf_terms=3)
     vector_hits, lexical_hits = hybrid.first_stage(conn, schema, HashEmbedder().embed(["apple"])[0], "apple", params)
     assert lexical_hits == expanded
-    assert vector_hits == hybrid.vector_search(conn, schema, HashEmbedder().embed(["apple"])[0], 10)
+    assert vector_hits == dense.vector_search(conn, schema, HashEmbedder().embed(["apple"])[0], 10)
     store.drop(conn, schema)
 
 
@@ -178,7 +178,7 @@ def test_feedback_off_leaves_the_lists_as_they_were(indexed, schema, golden):
         for query in [q.query for q in golden[:12]] + HOSTILE + [""]:
             vector = embedder.embed([query])[0]
             got = hybrid.first_stage(conn, schema, vector, query, params)
-            assert got == (hybrid.vector_search(conn, schema, vector, params.n, ef_search=params.ef_search),
+            assert got == (dense.vector_search(conn, schema, vector, params.n, ef_search=params.ef_search),
                            hybrid.lexical_search(conn, schema, query, params.n, params.lexical)), query
 
 
@@ -188,8 +188,8 @@ def test_feedback_in_the_first_stage_and_the_pipeline(indexed, schema, golden):
     for q in golden[:12]:
         vector = embedder.embed([q.query])[0]
         vector_hits, lexical_hits = hybrid.first_stage(conn, schema, vector, q.query, PRF)
-        assert vector_hits == hybrid.vector_search(conn, schema, vector, PRF.n)
-        assert lexical_hits == bm25.expanded_search(conn, schema, q.query, PRF.n, docs=10, terms=10, weight=0.5)
+        assert vector_hits == dense.vector_search(conn, schema, vector, PRF.n)
+        assert lexical_hits == bm25_rank.expanded_search(conn, schema, q.query, PRF.n, docs=10, terms=10, weight=0.5)
         trace = pipeline.run(conn, retriever, q.query, PRF)
         assert trace.text == lexical_hits and len(trace.final) == PRF.k
 
@@ -220,15 +220,15 @@ def _rocchio_case(conn, embedder, chunks, schema, golden, exact):
     for q in golden[:12]:
         vector = embedder.embed([q.query])[0]
         first = hybrid.first_stage(conn, schema, vector, q.query, params.with_(prf_docs=0, prf_beta=0.0), exact=exact)
-        top = [r.chunk_id for r in hybrid.fuse(list(first), params)[:5]]
+        top = [r.chunk_id for r in fusion.fuse(list(first), params)[:5]]
         moved = vector + 0.7 * np.mean([vectors[i] for i in top], axis=0)
         cosine = matrix @ moved / np.linalg.norm(matrix, axis=1) / np.linalg.norm(moved)
         got, lexical_hits = hybrid.first_stage(conn, schema, vector, q.query, params, exact=exact)
         assert lexical_hits == first[1]
         if exact:  # both trips split across the partner (pg.partner): the lists of one statement each
-            hybrid._PAGES.get(conn, {}).pop(schema, None)
+            dense._PAGES.get(conn, {}).pop(schema, None)
             assert hybrid.first_stage(conn, schema, vector, q.query, params, exact=exact, partner=pg.partner(conn))[0] == got
-            assert hybrid._PAGES[conn][schema] > 0
+            assert dense._PAGES[conn][schema] > 0
             assert hybrid.first_stage(conn, schema, vector, q.query, params, exact=exact, partner=None)[0] == got
         tolerance = 2e-3 if exact == "halfvec" else 1e-5
         assert [h.score for h in got] == pytest.approx(sorted(cosine, reverse=True)[: params.n], abs=tolerance)
@@ -244,7 +244,7 @@ def test_queries_without_words_return_nothing_and_hostile_text_never_raises_with
     assert all(isinstance(r, Ranked) for r in trace.final)
     assert isinstance(hybrid.search(conn, schema, embedder, query, params), list)
     if query.strip() in ("", "the of and", "-rank"):
-        assert bm25.expanded_search(conn, schema, query, 50) == []
+        assert bm25_rank.expanded_search(conn, schema, query, 50) == []
         assert hybrid.first_stage(conn, schema, embedder.embed([query])[0], query, params)[1] == []
     if not query.strip():
         assert trace.final == [] and hybrid.search(conn, schema, embedder, query, params) == []
@@ -281,7 +281,7 @@ def test_feedback_costs_one_round_trip_and_none_when_off(indexed, schema, golden
         off = trips(conn, tmp_path, lambda: hybrid.first_stage(conn, schema, vector, q.query, DEFAULT))
         assert trips(conn, tmp_path, lambda: hybrid.first_stage(conn, schema, vector, q.query, DEFAULT.with_(prf_terms=20))) == off
         # the first search's own trips (2, or more when pruning widens its lead) and one more
-        first = trips(conn, tmp_path, lambda: bm25.bm25_search(conn, schema, q.query, 50))
+        first = trips(conn, tmp_path, lambda: bm25_rank.bm25_search(conn, schema, q.query, 50))
         for params in (PRF, both, PRF.with_(prf_weight=0.0, prf_beta=0.5)):
             assert trips(conn, tmp_path, lambda: hybrid.first_stage(conn, schema, vector, q.query, params)) == first + 1, q.query
 

@@ -22,12 +22,10 @@ from psycopg import pq
 
 from retrieval_assets import pg
 
-from retrieval_assets.index import bm25
-
-from retrieval_assets.search import hybrid, pipeline, tsquery
+from retrieval_assets.search import bm25_rank, dense, hybrid, pipeline, ts_rank, tsquery
 from retrieval_assets.params import DEFAULT, SEED, RetrievalParams, limit_query
 from retrieval_assets.index.tables import statement
-from retrieval_assets.types import Hit
+from retrieval_assets.types import Hit, as_hits
 from retrieval_assets_tests.test_hybrid import HOSTILE, Spy
 
 TS_RANK_CD = RetrievalParams(n=50, k=10, lexical="ts_rank_cd")
@@ -70,11 +68,11 @@ def test_first_stage_is_one_round_trip_with_ts_rank_cd_and_two_with_bm25(indexed
         assert trips(conn, tmp_path, lambda: hybrid.first_stage(conn, schema, vector, q.query, TS_RANK_CD)) == 1, q.query
         assert trips(conn, tmp_path, lambda: hybrid.first_stage(conn, schema, vector, q.query, BM25)) == 2, q.query
         assert trips(conn, tmp_path, lambda: hybrid.search(conn, schema, embedder, q.query, TS_RANK_CD)) == 1
-        assert trips(conn, tmp_path, lambda: hybrid.vector_search(conn, schema, vector, 50)) == 1
-        assert trips(conn, tmp_path, lambda: hybrid.text_search(conn, schema, q.query, 50)) == 1
-        assert trips(conn, tmp_path, lambda: bm25.bm25_search(conn, schema, q.query, 50)) == 2
+        assert trips(conn, tmp_path, lambda: dense.vector_search(conn, schema, vector, 50)) == 1
+        assert trips(conn, tmp_path, lambda: ts_rank.text_search(conn, schema, q.query, 50)) == 1
+        assert trips(conn, tmp_path, lambda: bm25_rank.bm25_search(conn, schema, q.query, 50)) == 2
     # the counter sees the trips of the old sequence: BEGIN, set_config, query, COMMIT
-    assert trips(conn, tmp_path, lambda: hybrid.vector_search(Spy(conn), schema, embedder.embed(["rank"])[0], 50)) == 4
+    assert trips(conn, tmp_path, lambda: dense.vector_search(Spy(conn), schema, embedder.embed(["rank"])[0], 50)) == 4
 
 
 def old_vector_search(conn, schema, vector, n, ef_search):
@@ -86,7 +84,7 @@ def old_vector_search(conn, schema, vector, n, ef_search):
         rows = conn.execute(statement(schema, "SELECT chunk_id, 1 - (embedding <=> %(q)s) FROM {chunks} "
                                               "ORDER BY embedding <=> %(q)s LIMIT %(n)s"),
                             {"q": np.asarray(vector, dtype=np.float32), "n": n}).fetchall()
-    return bm25.as_hits(rows)
+    return as_hits(rows)
 
 
 def old_text_search(conn, schema, query, n):
@@ -94,7 +92,7 @@ def old_text_search(conn, schema, query, n):
     positive, negative = tsquery.parse_query(conn, query)
     if positive is None:
         return []
-    return bm25.as_hits(conn.execute(statement(
+    return as_hits(conn.execute(statement(
         schema, """SELECT chunk_id, ts_rank_cd(tsv, q, 32) AS score FROM {chunks}, CAST(%(pos)s AS tsquery) AS q
                    WHERE tsv @@ q AND (%(neg)s::tsquery IS NULL OR NOT tsv @@ %(neg)s::tsquery)
                    ORDER BY score DESC, chunk_id LIMIT %(n)s"""), {"pos": positive, "neg": negative, "n": n}).fetchall())
@@ -124,9 +122,9 @@ def test_lists_equal_the_statements_they_replace(indexed, schema, golden):
                 assert got_lexical == old_text_search(conn, schema, query, params.n), query
             else:
                 # the same statements one at a time (a connection without pipeline mode) give the same list
-                assert got_lexical == bm25.bm25_search(Spy(conn), schema, query, params.n), query
-        assert hybrid.text_search(conn, schema, query, 50) == old_text_search(conn, schema, query, 50)
-        stats = conn.execute(statement(schema, bm25._STATS), {"query": tsquery.clean(query)}).fetchall()
+                assert got_lexical == bm25_rank.bm25_search(Spy(conn), schema, query, params.n), query
+        assert ts_rank.text_search(conn, schema, query, 50) == old_text_search(conn, schema, query, 50)
+        stats = conn.execute(statement(schema, bm25_rank._STATS), {"query": tsquery.clean(query)}).fetchall()
         assert stats == old_bm25_statistics(conn, schema, query), query
     # and what the pipeline keeps of them: each list's ranks in the Trace
     retriever = pipeline.Retriever(schema, embedder, None)
@@ -178,8 +176,8 @@ def test_ef_search_takes_effect_before_the_index_scan(indexed, schema, pg_dsn):
         # the planner reads 430 rows exactly (a sequential scan): make it use the HNSW index
         conn.execute("SET LOCAL enable_seqscan = off")
         # ef_search 40 < n: the graph search returns at most 40 candidates; ef_search n returns n
-        assert len(hybrid.vector_search(conn, schema, vector, 50, ef_search=40)) <= 40
-        assert len(hybrid.vector_search(conn, schema, vector, 50)) == 50
+        assert len(dense.vector_search(conn, schema, vector, 50, ef_search=40)) <= 40
+        assert len(dense.vector_search(conn, schema, vector, 50)) == 50
         small, _ = hybrid.first_stage(conn, schema, vector, "postgres index", BM25.with_(ef_search=40))
         assert len(small) <= 40
         assert conn.execute("SELECT current_setting('hnsw.ef_search')").fetchone()[0] == "40"

@@ -11,10 +11,11 @@ from pgvector.psycopg import register_vector
 from psycopg import sql
 
 from retrieval_assets import pg
+from retrieval_assets.pg import sessions
 
 from retrieval_assets.index import bm25, store
 
-from retrieval_assets.search import hybrid, pipeline
+from retrieval_assets.search import bm25_rank, dense, hybrid, pipeline, ts_rank
 from retrieval_assets.index.embed import HashEmbedder
 from retrieval_assets.params import RetrievalParams, hnsw_ef_search
 from retrieval_assets.search.rerank import LexicalReranker
@@ -266,7 +267,7 @@ def test_decoy_public_chunks_never_touched(conn, schema, pg_dsn):
             fused = hybrid.search(conn, schema, e, "decoy rank fusion", RetrievalParams(lexical=lexical))
             assert fused
             results.append([r.chunk_id for r in fused])
-        lexical_hits = bm25.bm25_search(conn, schema, "decoy rank fusion")
+        lexical_hits = bm25_rank.bm25_search(conn, schema, "decoy rank fusion")
         assert lexical_hits
         results.append([h.chunk_id for h in lexical_hits])
         trace = pipeline.run(conn, pipeline.Retriever(schema, e, LexicalReranker()), "decoy rank fusion", RetrievalParams())
@@ -455,10 +456,10 @@ def test_an_exact_table_is_scanned_through_its_narrow_copy_kept_equal_by_every_w
             table.execute("SET LOCAL enable_indexscan = off")
             truth = table.execute(statement(schema, "SELECT chunk_id, embedding <=> %(q)s AS d FROM {chunks} ORDER BY d, chunk_id LIMIT 20"),
                                   {"q": vector}).fetchall()
-        got = hybrid.vector_search(table, schema, vector, 20, exact=True)
+        got = dense.vector_search(table, schema, vector, 20, exact=True)
         assert [h.chunk_id for h in got] == [cid for cid, _ in truth]
         assert [h.score for h in got] == pytest.approx([1 - d for _, d in truth])
-        assert pipeline.run(table, retriever, query, RetrievalParams()).vector == hybrid.vector_search(table, schema, vector, 50, exact=True)
+        assert pipeline.run(table, retriever, query, RetrievalParams()).vector == dense.vector_search(table, schema, vector, 50, exact=True)
 
     # a later check that keeps the graph removes the copy and its triggers; writes go on without it
     with table.transaction():
@@ -487,11 +488,11 @@ def test_an_exact_copy_holds_halfvec_when_its_scan_keeps_the_recall_target(table
         with table.transaction():
             table.execute("SET LOCAL enable_indexscan = off")
             truth = dict(table.execute(statement(schema, "SELECT chunk_id, 1 - (embedding <=> %(q)s) FROM {chunks}"), {"q": vector}).fetchall())
-        got = hybrid.vector_search(table, schema, vector, 20, exact="halfvec")
+        got = dense.vector_search(table, schema, vector, 20, exact="halfvec")
         best = sorted(truth.values(), reverse=True)[:20]
         assert [h.score for h in got] == pytest.approx(best, abs=2e-3)  # the top 20 up to half precision
         assert [h.score for h in got] == pytest.approx([truth[h.chunk_id] for h in got], abs=2e-3)
-        assert pipeline.run(table, retriever, query, RetrievalParams()).vector == hybrid.vector_search(table, schema, vector, 50, exact="halfvec")
+        assert pipeline.run(table, retriever, query, RetrievalParams()).vector == dense.vector_search(table, schema, vector, 50, exact="halfvec")
     store.upsert(table, schema, make_chunks("w", ["written after the choice"]), HashEmbedder())  # the triggers cast
     assert len(copy_rows(table, schema)) == 301
 
@@ -524,39 +525,39 @@ def test_a_split_exact_scan_returns_the_lists_of_one_statement(table, schema, ha
     queries = ["twin words exactly alike", "topic3 note7", "item5 topic1", "note123"]
     for query in queries * 2:  # the first search learns the copy's size; the second splits it in half
         vector = HashEmbedder().embed([query])[0]
-        split = hybrid.vector_search(table, schema, vector, 120, exact=exact)
+        split = dense.vector_search(table, schema, vector, 120, exact=exact)
         with table.transaction():
-            one = hybrid.vector_search(table, schema, vector, 120, exact=exact)
+            one = dense.vector_search(table, schema, vector, 120, exact=exact)
         assert split == one  # ids, scores and ranks
     assert pg.partner(table) is not None
-    boundary = hybrid._PAGES[table][schema] // 2
+    boundary = dense._PAGES[table][schema] // 2
     assert boundary > 0
     # the pipeline splits too (asked before its timeout block opens), the partner's part under the same limit
     retriever = pipeline.retriever(table, schema, HashEmbedder(), RetrievalParams())
-    hybrid._PAGES[table].clear()  # filled again only by a split
+    dense._PAGES[table].clear()  # filled again only by a split
     params = RetrievalParams(n=120, statement_timeout_ms=4321)
     ran = pipeline.run(table, retriever, "topic3 note7", params).vector
     assert pg.partner(table).execute("SHOW statement_timeout").fetchone()[0] == "4321ms"
-    assert hybrid._PAGES[table][schema] in (2 * boundary, 2 * boundary + 1)
-    assert ran == hybrid.vector_search(table, schema, HashEmbedder().embed(["topic3 note7"])[0], 120, exact=exact)
-    twins = [h.chunk_id for h in hybrid.vector_search(table, schema, HashEmbedder().embed(["twin words exactly alike"])[0], 3, exact=exact)]
+    assert dense._PAGES[table][schema] in (2 * boundary, 2 * boundary + 1)
+    assert ran == dense.vector_search(table, schema, HashEmbedder().embed(["topic3 note7"])[0], 120, exact=exact)
+    twins = [h.chunk_id for h in dense.vector_search(table, schema, HashEmbedder().embed(["twin words exactly alike"])[0], 3, exact=exact)]
     assert twins == ["s#003", "s#200", "s#396"]
     pages = _pages_of(table, schema, twins)
     assert min(pages) < boundary <= max(pages)  # the tie crossed the parts
 
     with table.transaction():  # a row written and not committed: the partner cannot see it, so no split
         store.upsert(table, schema, make_chunks("zz", ["uncommitted twin words exactly alike"]), HashEmbedder())
-        got = hybrid.vector_search(table, schema, HashEmbedder().embed(["uncommitted twin words exactly alike"])[0], 5, exact=exact)
+        got = dense.vector_search(table, schema, HashEmbedder().embed(["uncommitted twin words exactly alike"])[0], 5, exact=exact)
         assert got[0].chunk_id == "zz#000"
         raise psycopg.Rollback()
     vector = HashEmbedder().embed(["topic3 note7"])[0]
-    expected = hybrid.vector_search(table, schema, vector, 120, exact=exact)
+    expected = dense.vector_search(table, schema, vector, 120, exact=exact)
     with psycopg.connect(pg_dsn, autocommit=True) as other:  # not opened by pg.connect: no partner
         register_vector(other)
         assert pg.partner(other) is None
-        assert hybrid.vector_search(other, schema, vector, 120, exact=exact) == expected
+        assert dense.vector_search(other, schema, vector, 120, exact=exact) == expected
     monkeypatch.setenv(pg.ENV_SESSIONS, "1")
-    assert hybrid.vector_search(table, schema, vector, 120, exact=exact) == expected
+    assert dense.vector_search(table, schema, vector, 120, exact=exact) == expected
 
 
 def test_a_refused_partner_leaves_the_exact_scan_in_one_statement(table, schema, pg_dsn, monkeypatch, caplog):
@@ -567,7 +568,7 @@ def test_a_refused_partner_leaves_the_exact_scan_in_one_statement(table, schema,
         store._record(table, schema, store.VectorIndex("exact", 0.5, 1, 400, "test"))
     vector = HashEmbedder().embed(["topic3 note7"])[0]
     with table.transaction():
-        expected = hybrid.vector_search(table, schema, vector, 50, exact=True)
+        expected = dense.vector_search(table, schema, vector, 50, exact=True)
     with pg.connect(pg_dsn) as fresh:
         calls = []
 
@@ -575,10 +576,10 @@ def test_a_refused_partner_leaves_the_exact_scan_in_one_statement(table, schema,
             calls.append(dsn)
             raise pg.ConnectError("cannot connect to Postgres at test: sorry, too many clients already")
 
-        monkeypatch.setattr(pg, "connect", refuse)
+        monkeypatch.setattr(sessions, "connect", refuse)
         with caplog.at_level("WARNING", logger="retrieval_assets.pg"):
-            assert hybrid.vector_search(fresh, schema, vector, 50, exact=True) == expected
-            assert hybrid.vector_search(fresh, schema, vector, 50, exact=True) == expected
+            assert dense.vector_search(fresh, schema, vector, 50, exact=True) == expected
+            assert dense.vector_search(fresh, schema, vector, 50, exact=True) == expected
         assert len(calls) == 1 and pg.partner(fresh) is None
         assert [r.message for r in caplog.records].count(
             "searches on this connection run in its session alone: a second session was refused "
@@ -645,7 +646,7 @@ def test_the_fulltext_copy_follows_every_write_and_an_old_schema_gets_it(table, 
     store.sync(table, schema, edited, HashEmbedder(), allow_shrink=True)
     store.upsert(table, schema, make_chunks("u", ["one more upserted"]), HashEmbedder())
     assert len(fulltext_rows(table, schema)) == 51 and fulltext_rows(table, schema) == chunk_tsvs(table, schema)
-    assert [h.chunk_id for h in hybrid.text_search(table, schema, "wholly sentence")] == [chunks[40].chunk_id]
+    assert [h.chunk_id for h in ts_rank.text_search(table, schema, "wholly sentence")] == [chunks[40].chunk_id]
 
     monkeypatch.setattr(store, "BULK_MIN", 1)
     store.sync(table, schema, [], HashEmbedder(), allow_shrink=True)

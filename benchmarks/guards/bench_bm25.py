@@ -8,10 +8,10 @@ Sync overhead: the fixture corpus and Cranfield are synced into a fresh table of
 schema ``bench_bm25_hash`` (common.bench_schema), alternately with the postings maintenance on
 and off (bm25.add_terms / bm25.drop_terms, which store calls, replaced by no-ops), median of the
 repeats. Query latency: every query once to warm up, then p50/p95 over all of them, warm
-connection, for bm25.bm25_search and for the seed's hybrid.text_search (ts_rank_cd).
+connection, for bm25_rank.bm25_search and for the seed's ts_rank.text_search (ts_rank_cd).
 Lookup cost: a posting read by range scan against a primary-key lookup, and on the scale schema
 (kept by ``python -m benchmarks.guards.scale --sizes 100000 --keep``) bm25_search latency for
-several bm25.LOOKUP_COST values.
+several bm25_rank.LOOKUP_COST values.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from retrieval_assets import pg
 from retrieval_assets.corpus import datasets
 from retrieval_assets.evaluation import benchmark
 from retrieval_assets.index import bm25, store
-from retrieval_assets.search import hybrid
+from retrieval_assets.search import bm25_rank, ts_rank
 from retrieval_assets.index.embed import HashEmbedder
 from retrieval_assets.index.tables import statement
 
@@ -64,7 +64,7 @@ def overhead(name: str, conn, schema, chunks, repeats: int) -> None:
     print(f"{name}: {len(chunks)} chunks, sync with statistics {on:.3f} s, without {off:.3f} s, overhead {100 * (on / off - 1):.0f}%")
 
 
-KINDS = (("bm25_search", bm25.bm25_search), ("text_search (ts_rank_cd)", hybrid.text_search))
+KINDS = (("bm25_search", bm25_rank.bm25_search), ("text_search (ts_rank_cd)", ts_rank.text_search))
 
 
 def latency(name: str, conn, schema, queries: list[str], kinds=KINDS) -> None:
@@ -81,7 +81,7 @@ def latency(name: str, conn, schema, queries: list[str], kinds=KINDS) -> None:
 
 
 def lookup_cost(name: str, conn, schema) -> None:
-    """What bm25.LOOKUP_COST stands for: the lookup of one (term, chunk) pair in its block against
+    """What bm25_rank.LOOKUP_COST stands for: the lookup of one (term, chunk) pair in its block against
     one posting read in a term's scan of its blocks, both inside one statement as bm25_search runs them."""
     terms = [r[0] for r in conn.execute(statement(schema, "SELECT term FROM {term_df} ORDER BY df DESC LIMIT 20"))]
     pairs = conn.execute(statement(schema, "SELECT p.term, u.cid FROM {postings} p TABLESAMPLE SYSTEM (5), unnest(p.cids) AS u(cid) LIMIT 20000")).fetchall()
@@ -101,7 +101,7 @@ def lookup_cost(name: str, conn, schema) -> None:
         lookup.append((time.perf_counter() - start) / len(pairs))
     s, lk = statistics.median(scan), statistics.median(lookup)
     print(f"{name}: posting read in a range scan {1e6 * s:.2f} us, key lookup {1e6 * lk:.2f} us: one lookup = {lk / s:.1f} postings "
-          f"(bm25.LOOKUP_COST is {bm25.LOOKUP_COST})")
+          f"(bm25_rank.LOOKUP_COST is {bm25_rank.LOOKUP_COST})")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -154,13 +154,13 @@ def main(argv: list[str] | None = None) -> int:
                 queries.append(" ".join(rng.sample(words, rng.randint(2, 4))))
         latency(f"scale ({n} chunks)", conn, scale, queries[:200])
         lookup_cost(f"scale ({n} chunks)", conn, scale)
-        saved = bm25.LOOKUP_COST
+        saved = bm25_rank.LOOKUP_COST
         try:
             for cost in (4, 12, 25, 50):  # the choice between key lookups and reading every posting
-                bm25.LOOKUP_COST = cost
+                bm25_rank.LOOKUP_COST = cost
                 latency(f"scale ({n} chunks), LOOKUP_COST {cost}", conn, scale, queries[:200], kinds=KINDS[:1])
         finally:
-            bm25.LOOKUP_COST = saved
+            bm25_rank.LOOKUP_COST = saved
     common.print_load_end()
     return 0
 

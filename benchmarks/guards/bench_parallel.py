@@ -5,7 +5,7 @@ Run (from the project root), after ``uv run python -m benchmarks.guards.scale --
     uv run python -m benchmarks.guards.bench_parallel [--queries 100] [--rounds 3]
 
 On the kept ``bench_scale_100000_hash`` schema (its vector search as ``pipeline.retriever`` chooses
-it, the exact scan of the narrow copy there), times ``hybrid.vector_search`` (n 50, the query vector
+it, the exact scan of the narrow copy there), times ``dense.vector_search`` (n 50, the query vector
 precomputed), ``text_search`` (ts_rank_cd), ``bm25_search`` and ``hybrid.search`` with the BM25 list
 (the default's first stage and fusion, k 10) and with ``ts_rank_cd`` (the seed's, RRF), as scale.py
 runs them, and ``pipeline.run`` with the default pipeline (what the command line and assets run: the
@@ -28,8 +28,7 @@ import time
 from benchmarks import common
 from benchmarks.guards.bench_search import PEER_OR_NARROW, peer
 from retrieval_assets import partitions, pg
-from retrieval_assets.index import bm25
-from retrieval_assets.search import hybrid, pipeline
+from retrieval_assets.search import bm25_rank, dense, hybrid, pipeline, ts_rank
 from retrieval_assets.params import DEFAULT
 from retrieval_assets.corpus.synthetic import Corpus
 
@@ -59,11 +58,11 @@ def main(argv: list[str] | None = None) -> int:
     params = DEFAULT.with_(k=10, n=50, rerank=False)  # the first stage and its fusion
     seed = params.with_(lexical="ts_rank_cd", fusion="rrf", weights=(1.0, 1.0))
     assert PEER_EXACT != PEER_OR_NARROW and retriever.exact, "the peer needs the exact scan's copy"
-    as_copy = functools.partial(hybrid._exact_query, exact=retriever.exact)  # the query bound as the copy holds vectors
+    as_copy = functools.partial(dense._exact_query, exact=retriever.exact)  # the query bound as the copy holds vectors
     server_workers = conn.execute("SHOW max_parallel_workers_per_gather").fetchone()[0]  # what the split runs beside
-    kinds = {"vector_search": lambda q: hybrid.vector_search(conn, args.schema, vectors[q], params.n, exact=retriever.exact),
-             "text_search": lambda q: hybrid.text_search(conn, args.schema, q, params.n),
-             "bm25_search": lambda q: bm25.bm25_search(conn, args.schema, q, params.n),
+    kinds = {"vector_search": lambda q: dense.vector_search(conn, args.schema, vectors[q], params.n, exact=retriever.exact),
+             "text_search": lambda q: ts_rank.text_search(conn, args.schema, q, params.n),
+             "bm25_search": lambda q: bm25_rank.bm25_search(conn, args.schema, q, params.n),
              "hybrid.search (ts_rank_cd)": lambda q: hybrid.search(conn, args.schema, embedder, q, seed, exact=retriever.exact),
              "hybrid.search (bm25)": lambda q: hybrid.search(conn, args.schema, embedder, q, params, exact=retriever.exact),
              "pipeline.run (default)": lambda q: pipeline.run(conn, retriever, q, DEFAULT),

@@ -31,7 +31,7 @@ The default pipeline's first stage (the BM25 list, z-score fusion) is timed agai
 against the OR peer the two rank the same matches by different functions, so that row says what a
 user of the default gets, not the target's like-for-like ratio.
 The first stage is also timed against itself with everything on the connection (``partner=None``): with
-``ts_rank_cd`` the graph search runs on ``pg.partner`` meanwhile (``hybrid._BESIDE``); with BM25 both sides run
+``ts_rank_cd`` the graph search runs on ``pg.partner`` meanwhile (``dense._BESIDE``); with BM25 both sides run
 the same code, a control of the pairing (about 1.00x).
 ``--against COMMIT`` also times this tree's first stage pairwise against that commit's (its
 hybrid.py, bm25.py and tsquery.py, from ``git show``, beside this tree's other modules) after checking that
@@ -56,7 +56,7 @@ from benchmarks import common
 from retrieval_assets import pg
 from retrieval_assets.evaluation import evaluate
 from retrieval_assets.index import store
-from retrieval_assets.search import hybrid, pipeline, rerank, tsquery
+from retrieval_assets.search import dense, fusion, hybrid, pipeline, rerank, ts_rank, tsquery
 from retrieval_assets.index.embed import HashEmbedder
 from retrieval_assets.params import DEFAULT, RetrievalParams
 from retrieval_assets.index.tables import statement
@@ -212,8 +212,8 @@ def main(argv: list[str] | None = None) -> int:
     rows = {
         "round trip (SELECT 1)": lambda q: conn.execute("SELECT 1").fetchone(),
         "HashEmbedder.embed([query]) (warm cache)": lambda q: embedder.embed([q]),
-        f"embed + hybrid.vector_search n={PARAMS.n}": lambda q: hybrid.vector_search(conn, schema, embedder.embed([q])[0], PARAMS.n),
-        f"hybrid.text_search n={PARAMS.n}": lambda q: hybrid.text_search(conn, schema, q, PARAMS.n),
+        f"embed + dense.vector_search n={PARAMS.n}": lambda q: dense.vector_search(conn, schema, embedder.embed([q])[0], PARAMS.n),
+        f"ts_rank.text_search n={PARAMS.n}": lambda q: ts_rank.text_search(conn, schema, q, PARAMS.n),
         "  of which tsquery.parse_query": lambda q: tsquery.parse_query(conn, q),
         search_label: lambda q: hybrid.search(conn, schema, embedder, q, PARAMS),
         pipeline_label: lambda q: pipeline.run(conn, retriever, q, PARAMS).final,
@@ -243,7 +243,7 @@ def main(argv: list[str] | None = None) -> int:
     for template, label in ((PEER, "peer (one SQL statement, RRF in SQL)"), (PEER_OR, "peer, words ORed (our matches)"),
                             (PEER_OR_NARROW, "peer ORed, on our fulltext copy")):
         compare(f"hybrid.first_stage ({PARAMS.lexical}) + fuse, top {PARAMS.k}", *pairwise(
-            lambda q: hybrid.fuse(hybrid.first_stage(conn, schema, vectors[q], q, PARAMS), PARAMS)[: PARAMS.k],
+            lambda q: fusion.fuse(hybrid.first_stage(conn, schema, vectors[q], q, PARAMS), PARAMS)[: PARAMS.k],
             lambda q, template=template: peer(conn, schema, vectors[q], q, template=template), queries, args.repeats), label)
     compare(f"hybrid.first_stage ({PARAMS.lexical}) alone", *pairwise(
         lambda q: hybrid.first_stage(conn, schema, vectors[q], q, PARAMS),
@@ -260,10 +260,10 @@ def main(argv: list[str] | None = None) -> int:
     default = DEFAULT.with_(k=10, n=50)  # the default pipeline's first stage: the BM25 list, its fusion
     for template, label in ((PEER, "peer (one SQL statement, RRF in SQL)"), (PEER_OR, "peer, words ORed (ts_rank_cd, not BM25)")):
         compare(f"default: first_stage ({default.lexical}) + {default.fusion}", *pairwise(
-            lambda q: hybrid.fuse(hybrid.first_stage(conn, schema, vectors[q], q, default), default)[: default.k],
+            lambda q: fusion.fuse(hybrid.first_stage(conn, schema, vectors[q], q, default), default)[: default.k],
             lambda q, template=template: peer(conn, schema, vectors[q], q, template=template), queries, args.repeats), label)
 
-    # the graph search on pg.partner beside the text list (hybrid._BESIDE) against both lists on the connection
+    # the graph search on pg.partner beside the text list (dense._BESIDE) against both lists on the connection
     print(f"\nthe graph search beside the lexical list, pairwise; load now {common.load_average()}")
     for params in (PARAMS, default):
         compare(f"hybrid.first_stage ({params.lexical}), partner when it helps", *pairwise(

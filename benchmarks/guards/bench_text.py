@@ -9,7 +9,7 @@ instead the table ``guards/scale.py --sizes SIZE --topics T --keep`` left (``com
 vectors) with the 200 queries scale.py searches it with (``synthetic.Corpus(0, topics=T).queries(200)``);
 with ``--passages``, the fixture corpus as bench_search indexes it, queried with the first 80 words of every
 ninth chunk (48 long queries, most holding a hyphenated word).
-Then times ``hybrid.text_search`` for the queries, split by ``hybrid.plain_words``: plain words are summed from
+Then times ``ts_rank.text_search`` for the queries, split by ``ts_rank.plain_words``: plain words are summed from
 the BM25 postings; phrases (hyphenated words make them) and negations are ranked among the chunks the
 postings bound highest, or over every match when that does not settle the list. ``--against COMMIT`` also
 checks that COMMIT's ``text_search`` and ``first_stage`` (its hybrid.py, bm25.py and tsquery.py, from ``git show``)
@@ -30,7 +30,7 @@ from retrieval_assets import partitions, pg
 from retrieval_assets.corpus import datasets, synthetic
 from retrieval_assets.evaluation import benchmark
 from retrieval_assets.index import store
-from retrieval_assets.search import hybrid, pipeline
+from retrieval_assets.search import hybrid, pipeline, ts_rank
 from retrieval_assets.params import RetrievalParams
 from retrieval_assets.index.tables import exists
 
@@ -69,20 +69,20 @@ def main(argv: list[str] | None = None) -> int:
         chunks, sync = benchmark.index_benchmark(conn, schema, bench, embedder)
         queries = list(bench.queries.values())
         report = f"{len(chunks)} chunks ({sync})"
-    kinds = {"plain words": [q for q in queries if hybrid.plain_words(conn, q)]}
+    kinds = {"plain words": [q for q in queries if ts_rank.plain_words(conn, q)]}
     kinds["phrases or negations"] = [q for q in queries if q not in set(kinds["plain words"])]
     print(f"\nindex: {report}; {len(queries)} queries: "
           + ", ".join(f"{len(qs)} {kind}" for kind, qs in kinds.items()) + f"; n = {args.n}, x {args.repeats}")
     kinds = {kind: qs for kind, qs in kinds.items() if qs}
 
     for kind, qs in kinds.items():
-        print(f"{'hybrid.text_search, ' + kind:<46} {common.summary_ms(per_query(lambda q: hybrid.text_search(conn, schema, q, args.n), qs, args.repeats))}")
+        print(f"{'ts_rank.text_search, ' + kind:<46} {common.summary_ms(per_query(lambda q: ts_rank.text_search(conn, schema, q, args.n), qs, args.repeats))}")
 
     chosen = pipeline.retriever(conn, schema, embedder)  # the vector search the table was chosen to use
     params = RetrievalParams(n=args.n, lexical="ts_rank_cd", ef_search=chosen.ef_search)
     stage = {"exact": chosen.exact}
     vectors = {q: embedder.embed([q])[0] for q in queries}
-    print(f"\nthe vector search on the partner beside the list (hybrid._BESIDE; {'an exact scan split' if chosen.exact else 'the graph search whole'}), "
+    print(f"\nthe vector search on the partner beside the list (dense._BESIDE; {'an exact scan split' if chosen.exact else 'the graph search whole'}), "
           f"pairwise; load now {common.load_average()}")
     compare(f"first_stage (ts_rank_cd), all {len(queries)} queries", *pairwise(
         lambda q: hybrid.first_stage(conn, schema, vectors[q], q, params, **stage),
@@ -91,14 +91,14 @@ def main(argv: list[str] | None = None) -> int:
 
     if args.against:
         older = modules_at(args.against)["hybrid"]
-        same_text = all(older.text_search(conn, schema, q, args.n) == hybrid.text_search(conn, schema, q, args.n) for q in queries)
+        same_text = all(older.text_search(conn, schema, q, args.n) == ts_rank.text_search(conn, schema, q, args.n) for q in queries)
         same_first = all(older.first_stage(conn, schema, vectors[q], q, params, **stage)
                          == hybrid.first_stage(conn, schema, vectors[q], q, params, **stage)
                          for q in queries)
         print(f"\nthis tree vs {args.against}, pairwise; lists identical: text {same_text}, first stage {same_first}; "
               f"load now {common.load_average()}")
         for kind, qs in kinds.items():
-            compare(f"text_search, {kind}", *pairwise(lambda q: hybrid.text_search(conn, schema, q, args.n),
+            compare(f"text_search, {kind}", *pairwise(lambda q: ts_rank.text_search(conn, schema, q, args.n),
                                                       lambda q: older.text_search(conn, schema, q, args.n), qs, args.repeats),
                     args.against, f"this tree/{args.against}", None)
         compare(f"first_stage (ts_rank_cd), all {len(queries)} queries", *pairwise(

@@ -185,8 +185,8 @@ def main(argv: list[str] | None = None) -> int:
         "",
         table,
         "",
-        "Rankers: `vector` = pgvector cosine search (`hybrid.vector_search`); `ts_rank_cd` = the seed's full-text list (`hybrid.text_search`); `bm25` = BM25 "
-        "inside Postgres over the chunks (`bm25.bm25_search`); `hybrid(x)` = RRF of vector and x; `default pipeline` = "
+        "Rankers: `vector` = pgvector cosine search (`dense.vector_search`); `ts_rank_cd` = the seed's full-text list (`ts_rank.text_search`); `bm25` = BM25 "
+        "inside Postgres over the chunks (`bm25_rank.bm25_search`); `hybrid(x)` = RRF of vector and x; `default pipeline` = "
         f"`params.DEFAULT` ({DEFAULT.describe()}), chosen by cross-validation in benchmarks/results/quality.md; `+ rerank` = the BM25 "
         "`LexicalReranker` over the whole fused pool (idf from the pool with ts_rank_cd, from every chunk with bm25, the "
         "pairing `eval_run` uses); `+ MMR` = MMR (lambda "

@@ -40,8 +40,8 @@ from benchmarks.guards.cranfield import machine, paired_difference
 from retrieval_assets import partitions, pg
 from retrieval_assets.corpus import datasets, golden
 from retrieval_assets.evaluation import benchmark, crossval
-from retrieval_assets.index import bm25, store
-from retrieval_assets.search import pipeline
+from retrieval_assets.index import store
+from retrieval_assets.search import bm25_rank, pipeline
 from retrieval_assets.evaluation.metrics import ndcg_at_k, recall_at_k
 from retrieval_assets.params import FUSION, LEXICAL, RERANK_IDF, SEED, RetrievalParams, limit_query
 from retrieval_assets.search.rerank import CorpusStats, LexicalReranker
@@ -123,7 +123,7 @@ class Scorer:
             # feedback, the BM25 list as hybrid.first_stage computes it (test_prf checks they are equal)
             plain_params = params.with_(prf_docs=0)
             plain = self.traces.get(pipeline.first_stage_key(self.queries[i], plain_params)) or self.trace(i, plain_params)
-            expanded = bm25.expanded_search(self.conn, self.schema, limit_query(self.queries[i]), params.n, docs=params.prf_docs,
+            expanded = bm25_rank.expanded_search(self.conn, self.schema, limit_query(self.queries[i]), params.n, docs=params.prf_docs,
                                             terms=params.prf_terms, weight=params.prf_weight)
             self.traces[key] = pipeline.Trace(plain.query_vector, plain.vector, expanded, [], [], [])
         trace = pipeline.run(self.conn, self.retrievers[params.rerank_idf], self.queries[i], params,

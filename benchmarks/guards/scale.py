@@ -22,8 +22,8 @@ afterwards unless ``--keep``). Per size, with the hash embedder:
 4. Sizes: ``pg_table_size`` (heap + TOAST) and ``pg_relation_size`` of every index.
 5. Queries: ``--queries`` queries of 2-4 words drawn from the corpus vocabulary (with its own
    Zipf weights). One unmeasured pass runs every query through every kind (warm caches), then
-   a timed pass runs each query through ``hybrid.vector_search`` (query embedding included),
-   ``hybrid.text_search`` (ts_rank_cd), ``bm25.bm25_search`` and ``hybrid.search`` with either
+   a timed pass runs each query through ``dense.vector_search`` (query embedding included),
+   ``ts_rank.text_search`` (ts_rank_cd), ``bm25_rank.bm25_search`` and ``hybrid.search`` with either
    lexical list (``RetrievalParams(n=50, k=10)``, the vector search the table's check chose as
    ``pipeline.retriever`` applies it: HNSW at its ef_search, or the exact scan of the narrow
    ``vectors`` copy; query embedding included), in an order rotated
@@ -104,8 +104,8 @@ class PhaseLog(logging.Handler):
 def run_size(size: int, *, queries: int, keep: bool, dsn: str | None, seed: int, topics: int, vectors: str = "hash") -> dict:
     """One size, in this process: returns the measurements as a dict."""
     from retrieval_assets import pg
-    from retrieval_assets.index import bm25, store
-    from retrieval_assets.search import hybrid, pipeline, tsquery
+    from retrieval_assets.index import store
+    from retrieval_assets.search import bm25_rank, dense, hybrid, pipeline, ts_rank, tsquery
     from retrieval_assets.index.embed import HashEmbedder
     from retrieval_assets.params import SEED, RetrievalParams, hnsw_ef_search
     from retrieval_assets.corpus.synthetic import Corpus
@@ -182,10 +182,10 @@ def run_size(size: int, *, queries: int, keep: bool, dsn: str | None, seed: int,
         out["exact_copy"] = exact_scan
         params = RetrievalParams(n=50, k=10, ef_search=chosen_search.ef_search)
         kinds = {
-            "vector": lambda q: hybrid.vector_search(conn, schema, embedder.embed([q])[0], params.n, ef_search=params.ef_search,
+            "vector": lambda q: dense.vector_search(conn, schema, embedder.embed([q])[0], params.n, ef_search=params.ef_search,
                                                      exact=exact_scan),
-            "text": lambda q: hybrid.text_search(conn, schema, q, params.n),
-            "bm25": lambda q: bm25.bm25_search(conn, schema, q, params.n),
+            "text": lambda q: ts_rank.text_search(conn, schema, q, params.n),
+            "bm25": lambda q: bm25_rank.bm25_search(conn, schema, q, params.n),
             "hybrid": lambda q: hybrid.search(conn, schema, embedder, q, params, exact=exact_scan),
             "hybrid_bm25": lambda q: hybrid.search(conn, schema, embedder, q, params.with_(lexical="bm25"), exact=exact_scan),
         }
@@ -239,7 +239,7 @@ def run_size(size: int, *, queries: int, keep: bool, dsn: str | None, seed: int,
                     kth, ids = ex[-1][1], {cid for cid, _ in ex}
                     t0 = time.perf_counter()
                     vec = embedder.embed([q])[0]
-                    got = hybrid.vector_search(conn, schema, vec, n, exact=exact_scan)[:10]
+                    got = dense.vector_search(conn, schema, vec, n, exact=exact_scan)[:10]
                     seconds.append(time.perf_counter() - t0)
                     # the found rows' float32 distances (a halfvec copy's scores are half precision)
                     found = dict(conn.execute(statement(schema, "SELECT chunk_id, embedding <=> %(q)s FROM {chunks} WHERE chunk_id = ANY(%(ids)s)"),

@@ -1,5 +1,5 @@
 """The resources every asset reads: the corpus, Postgres (``RETRIEVAL_DSN`` when set, else the
-embedded default of ``pg.py``), and the run executor; ``user_errors`` turns the library's
+embedded default of ``pg``), and the run executor; ``user_errors`` turns the library's
 bad-input errors into one clear step failure."""
 
 import os

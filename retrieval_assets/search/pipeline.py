@@ -2,7 +2,7 @@
 
 Contract: ``run(conn, retriever, query, params)`` embeds the query once, searches the
 retriever's schema for the vector and lexical top ``params.n`` (with pseudo-relevance feedback
-when ``params.prf_docs`` asks for it: one round trip more, ``hybrid.first_stage``), fuses them (``hybrid.fuse``),
+when ``params.prf_docs`` asks for it: one round trip more, ``hybrid.first_stage``), fuses them (``fusion.fuse``),
 reranks the whole fused pool with the retriever's reranker (when ``params.rerank`` and it has
 one; blended with the fused score by ``params.rerank_weight``), applies MMR (when
 ``params.mmr_lambda`` is set) and returns a ``Trace`` of every list, best first, with
@@ -25,7 +25,7 @@ from psycopg.rows import dict_row
 
 from retrieval_assets.index import store
 
-from retrieval_assets.search import hybrid
+from retrieval_assets.search import dense, fusion, hybrid
 from retrieval_assets.index.embed import Embedder
 from retrieval_assets.params import DEFAULT, MAX_QUERY_CHARS, MAX_QUERY_TERMS, RetrievalParams, hnsw_ef_search, limit_query
 from retrieval_assets.search.rerank import CorpusStats, LexicalReranker, Reranker, blend, mmr
@@ -198,11 +198,11 @@ def run(conn: psycopg.Connection, retriever: Retriever, query: str, params: Retr
         vector_q, vector, text = first_stage.query_vector, first_stage.vector, first_stage.text
     rows = {} if rows is None else rows
     read_rows = None
-    partner = hybrid.scan_partner(conn, retriever.exact, params.lexical) if first_stage is None else None  # asked before the block opens
+    partner = dense.scan_partner(conn, retriever.exact, params.lexical) if first_stage is None else None  # asked before the block opens
     with timeout(conn, params.statement_timeout_ms):
         if first_stage is None:
             vector, text = hybrid.first_stage(conn, retriever.schema, vector_q, query, params, exact=retriever.exact, partner=partner)
-        fused = hybrid.fuse([vector, text], params)[: params.n]
+        fused = fusion.fuse([vector, text], params)[: params.n]
         if retriever.reranker is None or not params.rerank or not fused:
             return Trace(vector_q, vector, text, fused, fused, fused[: params.k])
         # MMR needs the pool's vectors; without it the fetch leaves them in Postgres

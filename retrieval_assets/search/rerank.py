@@ -18,7 +18,7 @@ from typing import Protocol
 
 import numpy as np
 
-from retrieval_assets.search.hybrid import normalise
+from retrieval_assets.search.fusion import normalise
 from retrieval_assets.index.fastembed_models import CROSS_ENCODER, fastembed_cache_dir, load_fastembed_model
 from retrieval_assets.params import DEFAULT
 from retrieval_assets.types import Chunk, Ranked

@@ -68,7 +68,7 @@ def parse_query(conn: psycopg.Connection, query: str) -> tuple[str | None, str |
 
 # parse_query as a CTE ``parsed(pos, neg, starts)`` (one row; NULLs when there are no such terms), for
 # ``WITH`` in a statement holding %(query)s; ``starts`` holds the quoted lexemes that can begin a match of
-# a positive term (a lexeme, or a phrase's first one; every lexeme of any other term), for hybrid's bound.
+# a positive term (a lexeme, or a phrase's first one; every lexeme of any other term), for ts_rank's bound.
 # The tsquery text is cut into tokens that put it back together: a quoted lexeme (doubled quotes inside),
 # a parenthesis, & or |, or a run of anything else; a token's depth is the running count of parentheses
 # (none inside a lexeme token), and the & and | at depth 0 separate the terms, as in _split_top_level; a
