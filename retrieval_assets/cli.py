@@ -26,7 +26,7 @@ from retrieval_assets.corpus import golden
 
 from retrieval_assets.evaluation import diagnose, evaluate, history, regression
 
-from retrieval_assets.index import chunker, store
+from retrieval_assets.index import chunker, store, vector_index
 
 from retrieval_assets.search import pipeline
 from retrieval_assets.corpus.datasets import DatasetError
@@ -77,9 +77,9 @@ def _parser() -> argparse.ArgumentParser:
         if name == "index":
             p.add_argument("--check-vector-index", action="store_true",
                            help="after the sync, measure the HNSW index's recall and keep it or scan exactly "
-                                "(store.choose_vector_index; done by itself after a bulk load)")
-            p.add_argument("--recall-target", type=float, default=store.RECALL_TARGET,
-                           help=f"recall@10 the graph must reach, within [0, 1] (default {store.RECALL_TARGET})")
+                                "(vector_index.choose_vector_index; done by itself after a bulk load)")
+            p.add_argument("--recall-target", type=float, default=vector_index.RECALL_TARGET,
+                           help=f"recall@10 the graph must reach, within [0, 1] (default {vector_index.RECALL_TARGET})")
             continue
         p.add_argument("--pipeline", default="default", help=f"named pipeline ({', '.join(PIPELINES)}); the options below override it")
         p.add_argument("--k", type=int, default=DEFAULT.k if name != "answer" else answer.SOURCES.k)
@@ -236,7 +236,7 @@ def run(argv: list[str] | None = None, out=None) -> int:
     chunks = _chunks(args, documents)
     if args.command == "index":
         try:
-            store.check_recall_target(args.recall_target)
+            vector_index.check_recall_target(args.recall_target)
         except ValueError as exc:
             raise UsageError(f"--recall-target: {exc}") from None
     with pg.connect(args.dsn) as conn:
@@ -246,8 +246,8 @@ def run(argv: list[str] | None = None, out=None) -> int:
                   f"{report.unchanged} unchanged, {report.embedded} embedded ({embedder.name})", file=out)
             if args.check_vector_index:
                 with conn.transaction():
-                    store.choose_vector_index(conn, schema, embedder, args.recall_target)
-            chosen = store.vector_index(conn, schema)
+                    vector_index.choose_vector_index(conn, schema, embedder, args.recall_target)
+            chosen = vector_index.vector_index(conn, schema)
             print(f"vector search: {chosen.kind}: {chosen.reason}" if chosen else
                   "vector search: hnsw, not checked (a bulk load checks it; --check-vector-index does now)", file=out)
         else:

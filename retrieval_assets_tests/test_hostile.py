@@ -16,7 +16,7 @@ from retrieval_assets import cli, pg
 
 from retrieval_assets.corpus import golden
 
-from retrieval_assets.index import bm25, chunker, store
+from retrieval_assets.index import bm25, chunker, store, tables
 
 from retrieval_assets.search import pipeline, ts_rank
 from retrieval_assets.defs import corpus as corpus_defs
@@ -95,7 +95,7 @@ def test_six_concurrent_creates_and_syncs_into_a_fresh_schema(pg_dsn):
             reports = list(pool.map(writer, range(6)))
         assert sum(r.inserted for r in reports) == len(chunks)  # one writer inserted, the others found them
         with pg.connect(pg_dsn) as conn:
-            assert store.count(conn, schema) == len(chunks)
+            assert tables.count(conn, schema) == len(chunks)
             assert conn.execute(sql.SQL("SELECT count(*) FROM {}").format(sql.Identifier(schema, "chunk_lengths"))).fetchone()[0] == len(chunks)
     finally:
         with pg.connect(pg_dsn) as admin:
@@ -141,7 +141,7 @@ def test_two_overlapping_runs_of_one_partition_both_succeed(pg_dsn, tmp_path):
             results = list(pool.map(materialize, range(2)))
         assert all(r.success for r in results)
         with pg.connect(pg_dsn) as conn:
-            assert store.count(conn, resource.schema("hash")) == 430
+            assert tables.count(conn, resource.schema("hash")) == 430
             left = conn.execute("SELECT count(*) FROM pg_namespace WHERE nspname LIKE 't_overlap_whatif%'").fetchone()[0]
             assert left == 0  # each run's scratch schema is its own, and dropped
     finally:
@@ -284,17 +284,17 @@ def test_a_text_too_large_for_a_tsvector_is_refused_by_name_and_changes_nothing(
     conn, embedder, chunks = indexed
     words = " ".join(f"w{i}" for i in range(220_000))  # 2 MB of distinct words, one block
     huge = _chunks({"huge": "# Huge\n\n" + words})
-    before = store.count(conn, schema)
+    before = tables.count(conn, schema)
     with pytest.raises(store.ChunkTooLargeError, match=r"chunk huge#\d+ of document huge is \d+ bytes"):
         store.sync(conn, schema, [*chunks, *huge], embedder)
-    assert store.count(conn, schema) == before
+    assert tables.count(conn, schema) == before
 
 
 def test_a_sync_that_would_empty_the_index_refuses_unless_allowed(indexed, schema):
     conn, embedder, chunks = indexed
     with pytest.raises(store.ShrinkError, match=f"would delete {len(chunks)} of the index's {len(chunks)} chunks"):
         store.sync(conn, schema, [], embedder)
-    assert store.count(conn, schema) == len(chunks)
+    assert tables.count(conn, schema) == len(chunks)
     half = chunks[: len(chunks) // 3]
     assert store.sync(conn, schema, half, embedder, allow_shrink=True).deleted == len(chunks) - len(half)
     store.sync(conn, schema, chunks, embedder)

@@ -64,6 +64,11 @@ def test_importing_the_whole_library_loads_no_dagster():
     assert done.stdout.strip() == "[]"
 
 
+def test_every_library_module_is_at_most_300_lines():
+    long = {str(p.relative_to(ROOT)): n for p in PACKAGE.rglob("*.py") if (n := len(p.read_text().splitlines())) > 300}
+    assert not long
+
+
 def test_dg_in_the_project_root_reads_the_root_dagster_yaml(tmp_path, monkeypatch):
     # the hook itself: the root, only from the root, never over the user's own DAGSTER_HOME
     monkeypatch.delenv("DAGSTER_HOME", raising=False)

@@ -242,18 +242,18 @@ def test_cli_indexes_another_corpus_into_its_own_schema(pg_dsn, tmp_path, capsys
 def test_cli_index_shows_and_checks_the_vector_search(pg_dsn, capsys, conn, cli_schemas):
     """`index` says which vector search the table has; --check-vector-index measures it now, and a bad
     --recall-target is refused before anything is written."""
-    from retrieval_assets.index import store
+    from retrieval_assets.index import tables, vector_index
 
     assert cli.main(["index", "--corpus", str(CORPUS), "--dsn", pg_dsn]) == 0
     assert "vector search: hnsw, not checked" in capsys.readouterr().out  # 430 chunks: no bulk load
     assert cli.main(["index", "--corpus", str(CORPUS), "--dsn", pg_dsn, "--check-vector-index", "--recall-target", "0.9"]) == 0
     out = capsys.readouterr().out
-    chosen = store.vector_index(conn, cli_schemas[0])
+    chosen = vector_index.vector_index(conn, cli_schemas[0])
     # at 430 rows the planner scans exactly whatever the graph, so the measured recall is 1 and the graph stays
     assert chosen.kind == "hnsw" and chosen.recall == 1.0 and f"vector search: hnsw: {chosen.reason}" in out
-    rows = store.count(conn, cli_schemas[0])
+    rows = tables.count(conn, cli_schemas[0])
     for bad in ("1.5", "-1", "nan"):
         assert cli.main(["index", "--corpus", str(CORPUS), "--dsn", pg_dsn, "--recall-target", bad]) == 2
         err = capsys.readouterr().err
         assert err.startswith("error: ") and "--recall-target" in err and len(err.strip().splitlines()) == 1
-    assert store.count(conn, cli_schemas[0]) == rows and store.vector_index(conn, cli_schemas[0]) == chosen
+    assert tables.count(conn, cli_schemas[0]) == rows and vector_index.vector_index(conn, cli_schemas[0]) == chosen

@@ -17,7 +17,7 @@ from retrieval_assets import params, partitions
 
 from retrieval_assets.evaluation import evaluate
 
-from retrieval_assets.index import chunker, store
+from retrieval_assets.index import chunker, store, tables
 
 from retrieval_assets.search import pipeline, rerank
 from retrieval_assets.defs import corpus as corpus_assets
@@ -68,7 +68,7 @@ def test_minilm_index_is_384_dimensional_and_complete(live):
     resource, _, report = live
     schema = resource.schema("minilm")
     with resource.connect() as conn:
-        assert store.table_dims(conn, schema) == 384 and store.count(conn, schema) == 430
+        assert tables.table_dims(conn, schema) == 384 and tables.count(conn, schema) == 430
     assert report.embedded == 430
 
 

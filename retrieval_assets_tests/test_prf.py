@@ -8,7 +8,7 @@ import pytest
 
 from retrieval_assets import pg
 
-from retrieval_assets.index import store
+from retrieval_assets.index import copies, store
 
 from retrieval_assets.search import bm25_rank, dense, fusion, hybrid, pipeline
 from retrieval_assets.index.embed import HashEmbedder
@@ -198,17 +198,17 @@ def test_feedback_in_the_first_stage_and_the_pipeline(indexed, schema, golden):
 def test_rocchio_moves_the_query_vector_toward_the_fused_top(indexed, schema, golden, exact):
     """The vector list searched again from q + beta * mean(vectors of the fused top prf_docs), equal
     to the exact cosine ranking of that vector in numpy (430 chunks: the planner scans them all);
-    the same through the exact scan's narrow copy (``store.exact_copy``), in float32 or (up to half
+    the same through the exact scan's narrow copy (``copies.exact_copy``), in float32 or (up to half
     precision) in halfvec."""
     conn, embedder, chunks = indexed
     if exact:
         with conn.transaction():
-            store.exact_copy(conn, schema, half=exact == "halfvec")
+            copies.exact_copy(conn, schema, half=exact == "halfvec")
     try:
         _rocchio_case(conn, embedder, chunks, schema, golden, exact)
     finally:
         with conn.transaction():
-            store.drop_exact_copy(conn, schema)
+            copies.drop_exact_copy(conn, schema)
 
 
 def _rocchio_case(conn, embedder, chunks, schema, golden, exact):

@@ -13,7 +13,7 @@ from psycopg import sql
 from retrieval_assets import pg
 from retrieval_assets.pg import sessions
 
-from retrieval_assets.index import bm25, store
+from retrieval_assets.index import bm25, bulk, copies, store, tables, vector_index
 
 from retrieval_assets.search import bm25_rank, dense, hybrid, pipeline, ts_rank
 from retrieval_assets.index.embed import HashEmbedder
@@ -69,7 +69,7 @@ def test_columns_and_both_indexes(table, schema):
     indexes = indexdefs(table, schema)
     assert any("USING hnsw (embedding vector_cosine_ops)" in d for d in indexes)
     assert any("USING gin (tsv)" in d for d in indexes)
-    assert store.table_dims(table, schema) == 256
+    assert tables.table_dims(table, schema) == 256
     store.create(table, schema, 256)  # idempotent
 
 
@@ -80,7 +80,7 @@ def test_dimension_mismatches_raise_before_writing(table, schema):
         store.upsert(table, schema, make_chunks("d", ["some text"]), HashEmbedder(64))
     with pytest.raises(ValueError, match="64 dimensions"):
         store.sync(table, schema, make_chunks("d", ["some text"]), HashEmbedder(64))
-    assert store.count(table, schema) == 0
+    assert tables.count(table, schema) == 0
 
 
 def test_upsert_is_idempotent_and_stores_the_vectors(table, schema):
@@ -121,7 +121,7 @@ def test_sync_reports_counts_and_reembeds_only_new_text(table, schema):
     with pytest.raises(store.ShrinkError, match="would delete 3 of the index's 3 chunks"):
         store.sync(table, schema, [], e)
     assert store.sync(table, schema, [], e, allow_shrink=True) == store.SyncReport(0, 0, 3, 0, 0)
-    assert store.count(table, schema) == 0
+    assert tables.count(table, schema) == 0
 
 
 def test_sync_failing_half_way_leaves_the_previous_state(table, schema, monkeypatch):
@@ -158,7 +158,7 @@ def test_concurrent_syncs_are_serialised(table, pg_dsn, schema):
         ).fetchone()[0]
         assert not done.is_set() and waiting == 1
     worker.join(10)
-    assert done.is_set() and store.count(table, schema) == 2
+    assert done.is_set() and tables.count(table, schema) == 2
 
 
 def test_duplicate_chunk_ids_with_different_content_are_rejected(table, schema):
@@ -166,7 +166,7 @@ def test_duplicate_chunk_ids_with_different_content_are_rejected(table, schema):
     b = Chunk("d#000", "d", "", 0, 3, "two")
     with pytest.raises(ValueError, match="d#000"):
         store.sync(table, schema, [a, b], HashEmbedder())
-    assert store.count(table, schema) == 0
+    assert tables.count(table, schema) == 0
 
 
 def indexdefs(conn, schema):
@@ -189,7 +189,7 @@ def test_bulk_load_into_an_empty_table_equals_the_row_by_row_sync(table, schema,
     store.create(table, schema, 256)
 
     monkeypatch.setattr(store, "BULK_MIN", 1)
-    monkeypatch.setattr(store, "BULK_BATCH", 100)  # several batches, the last one short
+    monkeypatch.setattr(bulk, "BULK_BATCH", 100)  # several batches, the last one short
     assert store.sync(table, schema, chunks, e) == store.SyncReport(len(chunks), 0, 0, 0, len(chunks))
     assert table.execute(contents).fetchall() == row_by_row
     assert stats_kept(table, schema) == stats_from_scratch(table, schema)
@@ -209,7 +209,7 @@ def test_bulk_load_failing_half_way_leaves_the_empty_table_and_its_indexes(table
     chunks = [c for d in corpus_documents for c in chunker.chunk(d)]
     definitions = indexdefs(table, schema)
     monkeypatch.setattr(store, "BULK_MIN", 1)
-    monkeypatch.setattr(store, "BULK_BATCH", 100)
+    monkeypatch.setattr(bulk, "BULK_BATCH", 100)
 
     class Failing(HashEmbedder):
         calls = 0
@@ -222,7 +222,7 @@ def test_bulk_load_failing_half_way_leaves_the_empty_table_and_its_indexes(table
 
     with pytest.raises(RuntimeError, match="third batch"):
         store.sync(table, schema, chunks, Failing())
-    assert store.count(table, schema) == 0 and indexdefs(table, schema) == definitions
+    assert tables.count(table, schema) == 0 and indexdefs(table, schema) == definitions
 
 
 def test_a_schema_without_chunks_never_acts_on_public_chunks(pg_dsn, schema):
@@ -234,9 +234,9 @@ def test_a_schema_without_chunks_never_acts_on_public_chunks(pg_dsn, schema):
     try:
         with pg.connect(pg_dsn) as conn:
             conn.execute(sql.SQL("CREATE SCHEMA {}").format(sql.Identifier(empty)))
-            assert store.table_dims(conn, empty) is None
+            assert tables.table_dims(conn, empty) is None
             with pytest.raises(psycopg.errors.UndefinedTable):
-                store.count(conn, empty)
+                tables.count(conn, empty)
             with pytest.raises(ValueError, match=f"table {empty}.chunks does not exist"):
                 store.sync(conn, empty, make_chunks("a", ["one"]), HashEmbedder())
             store.drop(conn, empty)
@@ -260,7 +260,7 @@ def test_decoy_public_chunks_never_touched(conn, schema, pg_dsn):
         chunks = make_chunks("d", ["decoy rank fusion text", "reciprocal rank fusion merges lists", "decoy words again"])
         assert store.sync(conn, schema, chunks, e).inserted == 3
         assert store.upsert(conn, schema, make_chunks("u", ["upserted decoy rank text"]), e) == 1
-        assert store.count(conn, schema) == 4
+        assert tables.count(conn, schema) == 4
         ids = {c.chunk_id for c in chunks} | {"u#000"}
         results = []
         for lexical in ("ts_rank_cd", "bm25"):
@@ -278,7 +278,7 @@ def test_decoy_public_chunks_never_touched(conn, schema, pg_dsn):
         for got in results:
             assert "decoy#000" not in got and set(got) <= ids
         store.drop(conn, schema)
-        assert store.table_dims(conn, schema) is None
+        assert tables.table_dims(conn, schema) is None
         with pg.connect(pg_dsn) as admin:
             assert admin.execute("SELECT chunk_id FROM public.chunks").fetchall() == [("decoy#000",)]
     finally:
@@ -306,13 +306,13 @@ class GaussianEmbedder(HashEmbedder):
         return np.stack([np.random.default_rng(zlib.crc32(t.encode())).standard_normal(self.dims).astype(np.float32) for t in texts])
 
 
-def exact_recall(conn, schema, embedder, k=10, sample=store.RECALL_SAMPLE):
+def exact_recall(conn, schema, embedder, k=10, sample=vector_index.RECALL_SAMPLE):
     """vector_recall's figure the slow way: every query's exact and planned lists from Postgres."""
     texts = [t for (t,) in conn.execute(statement(schema, "SELECT text FROM {chunks} ORDER BY hashtext(chunk_id), chunk_id LIMIT %s"),
                                         (sample,))]
     search = statement(schema, "SELECT embedding <=> %(q)s FROM {chunks} ORDER BY embedding <=> %(q)s LIMIT %(k)s")
     hits = 0
-    for vector in embedder.embed([store.query_words(t) for t in texts]):
+    for vector in embedder.embed([vector_index.query_words(t) for t in texts]):
         with conn.transaction():
             conn.execute("SET LOCAL enable_indexscan = off")
             conn.execute("SET LOCAL enable_seqscan = on")
@@ -327,14 +327,14 @@ def exact_recall(conn, schema, embedder, k=10, sample=store.RECALL_SAMPLE):
 def test_the_vector_index_is_kept_only_when_its_recall_reaches_the_target(table, schema, monkeypatch, caplog):
     chunks = make_chunks("g", [f"topic{i % 50} note{i} item{i * 7 % 13}" for i in range(2_000)])
     monkeypatch.setattr(store, "BULK_MIN", 1)
-    monkeypatch.setattr(store, "EF_LADDER", (None,))  # the pipeline's ef_search only (the ladder: the next test)
+    monkeypatch.setattr(vector_index, "EF_LADDER", (None,))  # the pipeline's ef_search only (the ladder: the next test)
     # the planner must use the graph at this size, as it does at 100k: else every search is exact
     table.execute("SET enable_seqscan = off")
     try:
-        with caplog.at_level("INFO", logger="retrieval_assets.index.store"):
+        with caplog.at_level("INFO", logger="retrieval_assets.index.vector_index"):
             store.sync(table, schema, chunks, GaussianEmbedder(), recall_target=0.0)
-        kept = store.vector_index(table, schema)
-        assert kept.kind == "hnsw" and kept.sample == store.RECALL_SAMPLE and kept.ef_search == 50
+        kept = vector_index.vector_index(table, schema)
+        assert kept.kind == "hnsw" and kept.sample == vector_index.RECALL_SAMPLE and kept.ef_search == 50
         assert kept.recall == pytest.approx(exact_recall(table, schema, GaussianEmbedder()))  # numpy's exact lists equal Postgres'
         assert kept.recall < 1.0  # approximate on independent 256-d vectors (0.97-0.99 at 2,000: the build is random)
         assert "HNSW kept" in caplog.text
@@ -342,29 +342,29 @@ def test_the_vector_index_is_kept_only_when_its_recall_reaches_the_target(table,
 
         # a target above what it measures: the graph is dropped, every search exact, and create() leaves it out
         with table.transaction():
-            chosen = store.choose_vector_index(table, schema, GaussianEmbedder(), target=1.0)
+            chosen = vector_index.choose_vector_index(table, schema, GaussianEmbedder(), target=1.0)
         assert chosen.kind == "exact" and chosen.ef_search == 50 and chosen.recall == pytest.approx(kept.recall)
         assert f"{kept.recall:.3f} at ef_search 50" in chosen.reason and "below 1.0 throughout" in chosen.reason
         assert not any("chunks_embedding_hnsw" in d for d in indexdefs(table, schema))
         store.create(table, schema, 256)
         assert not any("chunks_embedding_hnsw" in d for d in indexdefs(table, schema))
-        assert store.vector_index(table, schema) == chosen
-        assert store.vector_recall(table, schema, GaussianEmbedder()) == (1.0, store.RECALL_SAMPLE)  # exact scan: the exact lists
+        assert vector_index.vector_index(table, schema) == chosen
+        assert vector_index.vector_recall(table, schema, GaussianEmbedder()) == (1.0, vector_index.RECALL_SAMPLE)  # exact scan: the exact lists
 
         # the next bulk load builds the graph again and checks it afresh
         store.sync(table, schema, [], GaussianEmbedder(), allow_shrink=True)
         store.sync(table, schema, chunks, GaussianEmbedder(), recall_target=0.0)
-        assert store.vector_index(table, schema).kind == "hnsw"
+        assert vector_index.vector_index(table, schema).kind == "hnsw"
         assert any("chunks_embedding_hnsw" in d for d in indexdefs(table, schema))
 
         # a table of twice PROBE_ROWS is probed first: a graph over PROBE_ROWS of its rows that misses
         # the target means no full graph is built at all
         more = make_chunks("g", [f"topic{i % 50} note{i} item{i * 7 % 13}" for i in range(4_000)])
-        monkeypatch.setattr(store, "PROBE_ROWS", 2_000)  # a graph of 2,000 of these measures 0.97-0.99
+        monkeypatch.setattr(vector_index, "PROBE_ROWS", 2_000)  # a graph of 2,000 of these measures 0.97-0.99
         store.sync(table, schema, [], GaussianEmbedder(), allow_shrink=True)
         caplog.clear()
         store.sync(table, schema, more, GaussianEmbedder(), recall_target=1.0)
-        probed = store.vector_index(table, schema)
+        probed = vector_index.vector_index(table, schema)
         assert probed.kind == "exact" and probed.recall < 1.0 and "graph of 2,000 of the table's 4,000 rows" in probed.reason
         assert "no graph built" in caplog.text
         assert not any("chunks_embedding_hnsw" in d for d in indexdefs(table, schema))
@@ -372,7 +372,7 @@ def test_the_vector_index_is_kept_only_when_its_recall_reaches_the_target(table,
         # a probe that reaches the target goes on to the full graph and its own check
         store.sync(table, schema, [], GaussianEmbedder(), allow_shrink=True)
         store.sync(table, schema, more, GaussianEmbedder(), recall_target=0.0)
-        assert store.vector_index(table, schema).kind == "hnsw" and "graph of" not in store.vector_index(table, schema).reason
+        assert vector_index.vector_index(table, schema).kind == "hnsw" and "graph of" not in vector_index.vector_index(table, schema).reason
         assert any("chunks_embedding_hnsw" in d for d in indexdefs(table, schema))
     finally:
         table.execute("RESET enable_seqscan")
@@ -384,8 +384,8 @@ def test_a_recall_target_outside_zero_to_one_is_refused_before_anything_changes(
     with pytest.raises(ValueError, match="recall_target must be a number within \\[0, 1\\]"):
         store.sync(table, schema, make_chunks("a", ["one", "two"]), HashEmbedder(), recall_target=target)
     with pytest.raises(ValueError, match="recall_target must be a number within \\[0, 1\\]"):
-        store.choose_vector_index(table, schema, HashEmbedder(), target)
-    assert store.count(table, schema) == 0 and indexdefs(table, schema) == before and store.vector_index(table, schema) is None
+        vector_index.choose_vector_index(table, schema, HashEmbedder(), target)
+    assert tables.count(table, schema) == 0 and indexdefs(table, schema) == before and vector_index.vector_index(table, schema) is None
 
 
 def test_the_ladder_keeps_the_graph_at_the_least_ef_search_that_reaches_the_target(table, schema, monkeypatch):
@@ -395,13 +395,13 @@ def test_the_ladder_keeps_the_graph_at_the_least_ef_search_that_reaches_the_targ
     table.execute("SET enable_seqscan = off")
     try:
         store.sync(table, schema, chunks, GaussianEmbedder(), recall_target=None)  # the graph, not checked
-        ladder = sorted({hnsw_ef_search(50, ef) for ef in store.EF_LADDER})
-        recalls, _ = store._ladder_recall(table, schema, GaussianEmbedder(), store.RECALL_SAMPLE, 10, ladder)
+        ladder = sorted({hnsw_ef_search(50, ef) for ef in vector_index.EF_LADDER})
+        recalls, _ = vector_index._ladder_recall(table, schema, GaussianEmbedder(), vector_index.RECALL_SAMPLE, 10, ladder)
         assert recalls[ladder[0]] <= recalls[ladder[-1]]
         rung = next((ef for ef in ladder if recalls[ef] > recalls[ladder[0]]), None)
         assert rung is not None, recalls  # the graph misses something at 50 that a wider search finds
         with table.transaction():
-            chosen = store.choose_vector_index(table, schema, GaussianEmbedder(), target=recalls[rung])
+            chosen = vector_index.choose_vector_index(table, schema, GaussianEmbedder(), target=recalls[rung])
         assert (chosen.kind, chosen.ef_search, chosen.recall) == ("hnsw", rung, recalls[rung])
         retriever = pipeline.retriever(table, schema, GaussianEmbedder(), RetrievalParams())
         assert retriever.ef_search == rung
@@ -419,9 +419,9 @@ def test_a_table_smaller_than_k_is_judged_on_the_neighbours_it_has(table, schema
     """Four rows: every query's exact top 10 is those four, and finding all four is recall 1 (was 0.4)."""
     store.sync(table, schema, make_chunks("s", ["rotate the signing key now", "keys live in the token",
                                                 "install the tool first", "point the tool at the registry"]), HashEmbedder())
-    assert store.vector_recall(table, schema, HashEmbedder()) == (1.0, 4)
+    assert vector_index.vector_recall(table, schema, HashEmbedder()) == (1.0, 4)
     with table.transaction():
-        chosen = store.choose_vector_index(table, schema, HashEmbedder())
+        chosen = vector_index.choose_vector_index(table, schema, HashEmbedder())
     assert chosen.kind == "hnsw" and chosen.recall == 1.0 and chosen.ef_search == 50
 
 
@@ -438,10 +438,10 @@ def test_an_exact_table_is_scanned_through_its_narrow_copy_kept_equal_by_every_w
     the retriever scans it, with the lists an exact scan of the chunk table gives; chosen HNSW: it goes."""
     chunks = make_chunks("e", [f"topic{i % 7} note{i} item{i * 7 % 13}" for i in range(300)])
     store.sync(table, schema, chunks, HashEmbedder())
-    assert not store.has_exact_copy(table, schema)
+    assert not copies.has_exact_copy(table, schema)
     with table.transaction():  # the choice choose_vector_index records when the graph misses its target
-        store._record(table, schema, store.VectorIndex("exact", 0.5, 1, 400, "test"))
-    assert store.has_exact_copy(table, schema) and copy_rows(table, schema) == chunk_vectors(table, schema)
+        vector_index._record(table, schema, vector_index.VectorIndex("exact", 0.5, 1, 400, "test"))
+    assert copies.has_exact_copy(table, schema) and copy_rows(table, schema) == chunk_vectors(table, schema)
     edited = [*chunks[:100], Chunk(chunks[100].chunk_id, "e", "T > S", 0, 9, "an edited text"),
               *chunks[101:250], *make_chunks("f", ["a new chunk", "another new one"])]
     store.sync(table, schema, edited, HashEmbedder(), allow_shrink=True)  # 50 deleted, 1 edited, 2 inserted
@@ -463,8 +463,8 @@ def test_an_exact_table_is_scanned_through_its_narrow_copy_kept_equal_by_every_w
 
     # a later check that keeps the graph removes the copy and its triggers; writes go on without it
     with table.transaction():
-        store._record(table, schema, store.VectorIndex("hnsw", 1.0, 1, 50, "test"))
-    assert not store.has_exact_copy(table, schema)
+        vector_index._record(table, schema, vector_index.VectorIndex("hnsw", 1.0, 1, 50, "test"))
+    assert not copies.has_exact_copy(table, schema)
     store.upsert(table, schema, make_chunks("v", ["after the copy went"]), HashEmbedder())
     assert not pipeline.retriever(table, schema, HashEmbedder(), RetrievalParams()).exact
 
@@ -476,11 +476,11 @@ def test_an_exact_copy_holds_halfvec_when_its_scan_keeps_the_recall_target(table
     chunks = make_chunks("h", [f"topic{i % 7} note{i} item{i * 7 % 13}" for i in range(300)])
     store.sync(table, schema, chunks, HashEmbedder())
     with table.transaction():
-        chosen = store._record(table, schema, store.VectorIndex("exact", 0.5, 1, 400, "test"), embedder=HashEmbedder())
-    assert store.exact_copy_type(table, schema) == "halfvec"
-    assert "its copy holds halfvec (recall@10 " in chosen.reason and store.vector_index(table, schema) == chosen
+        chosen = vector_index._record(table, schema, vector_index.VectorIndex("exact", 0.5, 1, 400, "test"), embedder=HashEmbedder())
+    assert copies.exact_copy_type(table, schema) == "halfvec"
+    assert "its copy holds halfvec (recall@10 " in chosen.reason and vector_index.vector_index(table, schema) == chosen
     recall = float(chosen.reason.split("recall@10 ")[1].split()[0])
-    assert store.HALF_RECALL <= recall <= 1.0
+    assert vector_index.HALF_RECALL <= recall <= 1.0
     retriever = pipeline.retriever(table, schema, HashEmbedder(), RetrievalParams())
     assert retriever.exact == "halfvec"
     for query in ["topic3 note7", "item5", "note12 topic1"]:
@@ -496,10 +496,10 @@ def test_an_exact_copy_holds_halfvec_when_its_scan_keeps_the_recall_target(table
     store.upsert(table, schema, make_chunks("w", ["written after the choice"]), HashEmbedder())  # the triggers cast
     assert len(copy_rows(table, schema)) == 301
 
-    monkeypatch.setattr(store, "HALF_RECALL", 1.01)  # a target halfvec cannot keep
+    monkeypatch.setattr(vector_index, "HALF_RECALL", 1.01)  # a target halfvec cannot keep
     with table.transaction():
-        chosen = store._record(table, schema, store.VectorIndex("exact", 0.5, 1, 400, "test"), embedder=HashEmbedder())
-    assert store.exact_copy_type(table, schema) == "vector" and "its copy holds float32 (halfvec's recall@10" in chosen.reason
+        chosen = vector_index._record(table, schema, vector_index.VectorIndex("exact", 0.5, 1, 400, "test"), embedder=HashEmbedder())
+    assert copies.exact_copy_type(table, schema) == "vector" and "its copy holds float32 (halfvec's recall@10" in chosen.reason
     assert copy_rows(table, schema) == chunk_vectors(table, schema)
     assert pipeline.retriever(table, schema, HashEmbedder(), RetrievalParams()).exact == "vector"
 
@@ -519,7 +519,7 @@ def test_a_split_exact_scan_returns_the_lists_of_one_statement(table, schema, ha
     texts[3] = texts[396] = texts[200] = "twin words exactly alike"  # identical vectors in both parts of the split
     store.sync(table, schema, make_chunks("s", texts), HashEmbedder())
     with table.transaction():
-        store._record(table, schema, store.VectorIndex("exact", 0.5, 1, 400, "test"), embedder=HashEmbedder() if half else None)
+        vector_index._record(table, schema, vector_index.VectorIndex("exact", 0.5, 1, 400, "test"), embedder=HashEmbedder() if half else None)
     exact = pipeline.retriever(table, schema, HashEmbedder(), RetrievalParams()).exact
     assert exact == ("halfvec" if half else "vector")
     queries = ["twin words exactly alike", "topic3 note7", "item5 topic1", "note123"]
@@ -565,7 +565,7 @@ def test_a_refused_partner_leaves_the_exact_scan_in_one_statement(table, schema,
     statement with the same lists, the refusal is logged once, and the connection does not ask again."""
     store.sync(table, schema, make_chunks("r", [f"topic{i % 7} note{i}" for i in range(200)]), HashEmbedder())
     with table.transaction():
-        store._record(table, schema, store.VectorIndex("exact", 0.5, 1, 400, "test"))
+        vector_index._record(table, schema, vector_index.VectorIndex("exact", 0.5, 1, 400, "test"))
     vector = HashEmbedder().embed(["topic3 note7"])[0]
     with table.transaction():
         expected = dense.vector_search(table, schema, vector, 50, exact=True)
@@ -589,11 +589,11 @@ def test_a_refused_partner_leaves_the_exact_scan_in_one_statement(table, schema,
 def test_an_exact_table_from_before_the_narrow_copy_gets_it_on_create(table, schema):
     store.sync(table, schema, make_chunks("m", ["one chunk", "two chunks", "three chunks"]), HashEmbedder())
     with table.transaction():
-        store._record(table, schema, store.VectorIndex("exact", 1.0, 1, 50, "test"))
-        store.drop_exact_copy(table, schema)  # as a schema chosen exact before the copy existed
+        vector_index._record(table, schema, vector_index.VectorIndex("exact", 1.0, 1, 50, "test"))
+        copies.drop_exact_copy(table, schema)  # as a schema chosen exact before the copy existed
     assert not pipeline.retriever(table, schema, HashEmbedder(), RetrievalParams()).exact  # no copy: the chunk table's scan
     store.create(table, schema, 256)
-    assert store.has_exact_copy(table, schema) and copy_rows(table, schema) == chunk_vectors(table, schema)
+    assert copies.has_exact_copy(table, schema) and copy_rows(table, schema) == chunk_vectors(table, schema)
     assert pipeline.retriever(table, schema, HashEmbedder(), RetrievalParams()).exact
 
 
@@ -616,7 +616,7 @@ def test_a_sync_of_what_the_table_already_holds_reads_and_writes_nothing(table, 
     assert store.sync(table, schema, chunks, counting).unchanged == 40 and staged == [1]
 
     table.execute(statement(schema, "DELETE FROM {chunks} WHERE chunk_id = %s"), (chunks[7].chunk_id,))  # behind the store's back
-    assert store.sync(table, schema, chunks, counting).inserted == 1 and store.count(table, schema) == 40
+    assert store.sync(table, schema, chunks, counting).inserted == 1 and tables.count(table, schema) == 40
     table.execute(statement(schema, "TRUNCATE {chunks} CASCADE"))
     assert store.sync(table, schema, chunks, HashEmbedder()).inserted == 40
 
@@ -655,7 +655,7 @@ def test_the_fulltext_copy_follows_every_write_and_an_old_schema_gets_it(table, 
     assert any("fulltext_tsv_gin" in d for d in indexdefs(table, schema))
 
     with table.transaction():  # as a schema made before the copy existed
-        store._unmirror(table, schema, "fulltext")
+        copies.unmirror(table, schema, "fulltext")
         table.execute(statement(schema, "DROP TABLE {fulltext}"))
         table.execute(statement(schema, "CREATE INDEX chunks_tsv_gin ON {chunks} USING gin (tsv)"))
     store.create(table, schema, 256)

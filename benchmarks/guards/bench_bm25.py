@@ -26,7 +26,7 @@ from benchmarks import common
 from retrieval_assets import pg
 from retrieval_assets.corpus import datasets
 from retrieval_assets.evaluation import benchmark
-from retrieval_assets.index import bm25, store
+from retrieval_assets.index import bm25, store, tables
 from retrieval_assets.search import bm25_rank, ts_rank
 from retrieval_assets.index.embed import HashEmbedder
 from retrieval_assets.index.tables import statement
@@ -138,13 +138,13 @@ def main(argv: list[str] | None = None) -> int:
 
     scale = args.scale_schema
     with pg.connect(args.dsn) as conn:
-        dims = store.table_dims(conn, scale)
+        dims = tables.table_dims(conn, scale)
         if dims is None:
             print(f"scale: schema {scale} has no chunk table; run `python -m benchmarks.guards.scale --sizes 100000 --keep` first")
             common.print_load_end()
             return 0
         store.create(conn, scale, dims)  # backfills postings for a table that predates them
-        n = store.count(conn, scale)
+        n = tables.count(conn, scale)
         texts = [r[0] for r in conn.execute(statement(scale, "SELECT text FROM {chunks} TABLESAMPLE SYSTEM (1) LIMIT 400"))]
         rng = random.Random(0)
         queries = []

@@ -22,7 +22,7 @@ Runs, for current and previous alike:
   cold-distinct  an empty cache, each distinct text once: the cost of indexing a new corpus
   warm           every token cached (current: a new instance, as each Dagster asset builds one,
                  the process-wide cache filled; previous: the same instance after a full pass)
-Batches of 64 (what store.sync embeds) and of 5,000 (store's bulk load, BULK_BATCH) by default.
+Batches of 64 (what store.sync embeds) and of 5,000 (the bulk load's, bulk.BULK_BATCH) by default.
 Figures are medians over the repeats (best in brackets), wall time and process CPU time; the
 ratios are of medians. One core: main sets OMP/OPENBLAS/MKL_NUM_THREADS=1 and pins the process
 (common.single_thread) before numpy is imported, so numpy and the embedders are imported inside

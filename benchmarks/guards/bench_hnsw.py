@@ -20,7 +20,7 @@ from psycopg import sql
 
 from benchmarks import common
 from retrieval_assets import pg
-from retrieval_assets.index import store
+from retrieval_assets.index import tables
 from retrieval_assets.index.embed import HashEmbedder
 from retrieval_assets.corpus.synthetic import Corpus
 from retrieval_assets.index.tables import statement
@@ -46,10 +46,10 @@ def main(argv: list[str] | None = None) -> int:
     embedder = HashEmbedder(256)
     search = statement(schema, SEARCH)
     with pg.connect(args.dsn) as conn:
-        if store.table_dims(conn, schema) is None:
+        if tables.table_dims(conn, schema) is None:
             print(f"schema {schema} has no chunk table; run `python -m benchmarks.guards.scale --sizes 100000 --keep` first")
             return 1
-        print(f"chunks: {store.count(conn, schema):,}")
+        print(f"chunks: {tables.count(conn, schema):,}")
         truth = []
         for query in Corpus(0, topics=args.topics).queries(args.queries):
             vector = embedder.embed([query])[0]
@@ -61,7 +61,7 @@ def main(argv: list[str] | None = None) -> int:
                 with conn.transaction():
                     conn.execute("SELECT set_config('maintenance_work_mem', %s, true)", (args.memory,))
                     conn.execute("SELECT set_config('max_parallel_maintenance_workers', %s, true)", (str(workers),))
-                    # IF EXISTS: a kept 100k hash schema has no graph (store.choose_vector_index chose an exact scan)
+                    # IF EXISTS: a kept 100k hash schema has no graph (vector_index.choose_vector_index chose an exact scan)
                     conn.execute(sql.SQL("DROP INDEX IF EXISTS {}").format(sql.Identifier(schema, "chunks_embedding_hnsw")))
                     start = time.perf_counter()
                     conn.execute(statement(schema, "CREATE INDEX chunks_embedding_hnsw ON {chunks} USING hnsw (embedding vector_cosine_ops)"

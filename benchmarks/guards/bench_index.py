@@ -32,7 +32,7 @@ from psycopg import sql
 
 from benchmarks import common
 from retrieval_assets import pg
-from retrieval_assets.index import chunker, store
+from retrieval_assets.index import chunker, store, tables
 from retrieval_assets.index.embed import Embedder, HashEmbedder
 from retrieval_assets.index.tables import CHUNK_COLUMNS, column_list, statement
 from retrieval_assets.types import Chunk
@@ -143,7 +143,7 @@ def main(argv: list[str] | None = None) -> int:
     line("  of which store.sync", sync)
     line(f"  embedding alone (batches of {BATCH}, new embedder)", embed_only)
     line("store.sync re-run, nothing changed", rerun)
-    print(f"  rows: {store.count(conn, schema)}; report of the fresh sync: {report}")
+    print(f"  rows: {tables.count(conn, schema)}; report of the fresh sync: {report}")
 
     # -- part 2: the write path on ~N rows ----------------------------------------------------
     rows = [

@@ -17,7 +17,7 @@ import time
 
 from benchmarks import common
 from retrieval_assets import pg
-from retrieval_assets.index import store
+from retrieval_assets.index import store, tables
 from retrieval_assets.index.embed import HashEmbedder
 from retrieval_assets.index.tables import statement
 
@@ -50,7 +50,7 @@ def main(argv: list[str] | None = None) -> int:
     _, chunks, _ = common.fixture()
     with pg.connect(None) as conn:
         measure("fixture", conn, common.bench_schema("resync"), chunks, args.repeats)
-        if store.table_dims(conn, args.scale_schema) is None:
+        if tables.table_dims(conn, args.scale_schema) is None:
             print(f"scale: no {args.scale_schema}; run `python -m benchmarks.guards.scale --sizes 100000 --keep` first")
         else:
             from retrieval_assets.corpus.synthetic import Corpus

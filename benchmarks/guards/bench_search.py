@@ -55,7 +55,7 @@ from psycopg import sql
 from benchmarks import common
 from retrieval_assets import pg
 from retrieval_assets.evaluation import evaluate
-from retrieval_assets.index import store
+from retrieval_assets.index import store, tables
 from retrieval_assets.search import dense, fusion, hybrid, pipeline, rerank, ts_rank, tsquery
 from retrieval_assets.index.embed import HashEmbedder
 from retrieval_assets.params import DEFAULT, RetrievalParams
@@ -203,7 +203,7 @@ def main(argv: list[str] | None = None) -> int:
     conn.execute(statement(schema, "CREATE INDEX IF NOT EXISTS peer_chunks_tsv_gin ON {chunks} USING gin (tsv)"))
     conn.execute(statement(schema, "ANALYZE {chunks}"))
     seed_table(conn, schema)
-    print(f"\nindex: {store.count(conn, schema)} chunks ({report}); {len(queries)} golden queries x {args.repeats} repeats, "
+    print(f"\nindex: {tables.count(conn, schema)} chunks ({report}); {len(queries)} golden queries x {args.repeats} repeats, "
           f"warm connection; {PARAMS}")
 
     search_label = f"hybrid.search n={PARAMS.n} k={PARAMS.k}"

@@ -29,7 +29,7 @@ from benchmarks.guards.bench_search import compare, modules_at, pairwise, per_qu
 from retrieval_assets import partitions, pg
 from retrieval_assets.corpus import datasets, synthetic
 from retrieval_assets.evaluation import benchmark
-from retrieval_assets.index import store
+from retrieval_assets.index import store, tables
 from retrieval_assets.search import hybrid, pipeline, ts_rank
 from retrieval_assets.params import RetrievalParams
 from retrieval_assets.index.tables import exists
@@ -58,7 +58,7 @@ def main(argv: list[str] | None = None) -> int:
             parser.error(f"no table {schema}: run `uv run python -m benchmarks.guards.scale --sizes {args.scale} "
                          f"--topics {args.topics} --keep` first")
         queries = synthetic.Corpus(0, topics=args.topics).queries(200)
-        report = f"{store.count(conn, schema)} chunks kept by scale.py, topics {args.topics}"
+        report = f"{tables.count(conn, schema)} chunks kept by scale.py, topics {args.topics}"
     elif args.passages:
         _, chunks, _ = common.fixture()
         store.create(conn, schema, embedder.dims)

@@ -19,11 +19,11 @@ inline) of the embedded Postgres (or ``$RETRIEVAL_DSN``):
   variance in the top 10 principal components).
 
 Queries: ``--queries`` of the table's own vectors (each query's own row left out), as
-``store.vector_recall`` checks after a bulk load; for ``hash`` also keyword queries of the
+``vector_index.vector_recall`` checks after a bulk load; for ``hash`` also keyword queries of the
 synthetic corpus (``Corpus.queries``, as scale.py). A returned row counts when its exact distance
 (numpy, float64, whatever the option computed it in) is within the exact 10th distance. Options: HNSW (pgvector's defaults m 16,
 ef_construction 64; ``max_parallel_maintenance_workers`` 2) at ef_search 50 (the pipeline's),
-100, 200, 400 (``store.EF_LADDER``) and 1000; IVFFlat at lists 316 (sqrt of the rows) with probes 10 and 40, and lists 1000
+100, 200, 400 (``vector_index.EF_LADDER``) and 1000; IVFFlat at lists 316 (sqrt of the rows) with probes 10 and 40, and lists 1000
 with probes 32; exact scan of float32 and of halfvec (a halfvec copy, no index); binary quantisation
 as a prefilter: the top 500 or 2000 rows by Jaccard distance of sign bits (a bit per positive
 coordinate and one per negative, a table of its own), reranked by the halfvec copy. The planner is
@@ -51,7 +51,7 @@ from retrieval_assets.corpus.synthetic import Corpus
 
 SCHEMA = "bench_vindex"
 CHUNKS_PER_DOC = 430 / 32  # the fixture corpus: 430 chunks of 32 documents
-HNSW_EF = (50, 100, 200, 400, 1000)  # 50-400: store.EF_LADDER
+HNSW_EF = (50, 100, 200, 400, 1000)  # 50-400: vector_index.EF_LADDER
 IVF = ((316, (10, 40)), (1000, (32,)))
 BITS_CANDIDATES = (500, 2000)  # the sign-bit prefilter's candidates reranked exactly
 

@@ -16,8 +16,8 @@ afterwards unless ``--keep``). Per size, with the hash embedder:
 2. Index: one ``store.sync`` call with every chunk, as the ``chunk_index`` asset makes it. From
    ``store.BULK_MIN`` chunks into an empty table that is the bulk load (embeddings streamed per
    batch in a worker thread while the previous batch is copied, postings in one sorted insert,
-   HNSW and GIN built afterwards with ``store.BUILD_MEMORY``); its phase timings come from the
-   store's log. Below it, rows go in one by one with the indexes in place. Index wall time is
+   HNSW and GIN built afterwards with ``bulk.BUILD_MEMORY``); its phase timings come from the
+   bulk load's log. Below it, rows go in one by one with the indexes in place. Index wall time is
    that call.
 4. Sizes: ``pg_table_size`` (heap + TOAST) and ``pg_relation_size`` of every index.
 5. Queries: ``--queries`` queries of 2-4 words drawn from the corpus vocabulary (with its own
@@ -91,7 +91,7 @@ class TimedEmbedder:
 
 
 class PhaseLog(logging.Handler):
-    """Keeps the phase timings that ``store._bulk`` logs."""
+    """Keeps the phase timings that ``bulk.load`` logs."""
 
     def __init__(self):
         super().__init__(logging.INFO)
@@ -104,7 +104,7 @@ class PhaseLog(logging.Handler):
 def run_size(size: int, *, queries: int, keep: bool, dsn: str | None, seed: int, topics: int, vectors: str = "hash") -> dict:
     """One size, in this process: returns the measurements as a dict."""
     from retrieval_assets import pg
-    from retrieval_assets.index import store
+    from retrieval_assets.index import bulk, store, tables, vector_index
     from retrieval_assets.search import bm25_rank, dense, hybrid, pipeline, ts_rank, tsquery
     from retrieval_assets.index.embed import HashEmbedder
     from retrieval_assets.params import SEED, RetrievalParams, hnsw_ef_search
@@ -125,8 +125,8 @@ def run_size(size: int, *, queries: int, keep: bool, dsn: str | None, seed: int,
         embedder = StandinEmbedder(real, fit_spread(real))
     timed = TimedEmbedder(embedder)
     phases = PhaseLog()
-    logging.getLogger("retrieval_assets.index.store").addHandler(phases)
-    logging.getLogger("retrieval_assets.index.store").setLevel(logging.INFO)
+    logging.getLogger("retrieval_assets.index.bulk").addHandler(phases)
+    logging.getLogger("retrieval_assets.index.bulk").setLevel(logging.INFO)
     with pg.connect(dsn) as conn:
         out["postgres"] = conn.execute("SHOW server_version").fetchone()[0]
         out["pgvector"] = conn.execute("SELECT extversion FROM pg_extension WHERE extname = 'vector'").fetchone()[0]
@@ -140,12 +140,12 @@ def run_size(size: int, *, queries: int, keep: bool, dsn: str | None, seed: int,
         report = store.sync(conn, schema, chunks, timed)
         out["index_s"] = time.perf_counter() - t0
         del chunks
-        assert report.inserted == size == store.count(conn, schema), (report, size)
+        assert report.inserted == size == tables.count(conn, schema), (report, size)
         out["path"] = "bulk" if phases.phases else "row by row"
-        chosen = store.vector_index(conn, schema)  # after a bulk load: HNSW kept or exact scan, by measured recall
+        chosen = vector_index.vector_index(conn, schema)  # after a bulk load: HNSW kept or exact scan, by measured recall
         out["vector_index"] = {"kind": chosen.kind, "recall": chosen.recall, "reason": chosen.reason} if chosen else {"kind": "hnsw"}
         out["phases"] = phases.phases
-        out["build_memory"] = store.BUILD_MEMORY
+        out["build_memory"] = bulk.BUILD_MEMORY
         out["max_parallel_maintenance_workers"] = conn.execute("SHOW max_parallel_maintenance_workers").fetchone()[0]
         out["shared_buffers"] = conn.execute("SHOW shared_buffers").fetchone()[0]
         out["parallel_workers"] = conn.execute("SHOW max_parallel_workers_per_gather").fetchone()[0]
@@ -169,7 +169,7 @@ def run_size(size: int, *, queries: int, keep: bool, dsn: str | None, seed: int,
             "WHERE c.relnamespace = (SELECT oid FROM pg_namespace WHERE nspname = %s) "
             "AND c.relname IN ('postings', 'chunk_lengths', 'term_df') AND c.relkind = 'r'", (schema,)
         ).fetchone()[0]
-        for copy in ("vectors", "fulltext"):  # the narrow copies searches scan (store.create, store.exact_copy)
+        for copy in ("vectors", "fulltext"):  # the narrow copies searches scan (store.create, copies.exact_copy)
             out[f"{copy}_bytes"] = conn.execute("SELECT coalesce(pg_table_size(to_regclass(%s)), 0)",
                                                 (statement(schema, "{" + copy + "}").as_string(conn),)).fetchone()[0]
 
@@ -323,7 +323,7 @@ def markdown(results: list[dict], info: dict) -> str:
         row("vector index check: HNSW recall@10 on 4-word queries from the table's chunks (s)", lambda r: _phase(r, "vector_index_check")),
         row("exact scan's narrow copy, with its halfvec recall check (s)", lambda r: _phase(r, "exact_copy")),
         row("VACUUM of the loaded tables after the commit (s)", lambda r: _phase(r, "vacuum")),
-        row("vector search chosen (`store.choose_vector_index`, target recall 0.95)",
+        row("vector search chosen (`vector_index.choose_vector_index`, target recall 0.95)",
             lambda r: f"{r.get('vector_index', {}).get('kind', 'hnsw')}"
                       + (f", {r['exact_copy']} copy" if isinstance(r.get("exact_copy"), str) else "")
                       + (f" (HNSW recall {r['vector_index']['recall']:.3f})" if r.get("vector_index", {}).get("recall") is not None else "")),

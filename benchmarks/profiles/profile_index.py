@@ -16,7 +16,7 @@ includes its server work) and, for the ``prune`` candidate, rewrites one stateme
   hnsw-after   on an empty table: write first, then build the HNSW index
 
 hnsw-after was adopted: store.sync loads an empty table in bulk from store.BULK_MIN chunks
-(store._bulk drops HNSW and GIN and builds them after the write), so with ``--rows`` at or above
+(bulk.load drops HNSW and GIN and builds them after the write), so with ``--rows`` at or above
 BULK_MIN the 5,000-row figures of sections 1 and 3 measure that bulk path. prune was not adopted;
 section 2 says so ("NOT APPLIED") if store._merge's upsert stops matching the rewrite.
 """

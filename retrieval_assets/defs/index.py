@@ -6,7 +6,7 @@ import dagster as dg
 
 from retrieval_assets import partitions
 
-from retrieval_assets.index import store
+from retrieval_assets.index import store, tables, vector_index
 from retrieval_assets.corpus.registry import Corpus
 from retrieval_assets.defs.partitions import embedders, group, key
 from retrieval_assets.defs.resources import PostgresResource, user_errors
@@ -28,7 +28,7 @@ def index_assets(corpus: Corpus) -> list[dg.AssetsDefinition]:
             group_name=group(corpus),
             deps=[key(corpus, "chunks"), key(corpus, "golden_queries")],  # a golden set that fails validation stops the run before any index changes
             description="The embedder's chunk table for the corpus (pgvector HNSW + full-text GIN + BM25 postings), synced to "
-            "the chunks; after a bulk load HNSW is kept only if its recall@10 against exact search reaches store.RECALL_TARGET "
+            "the chunks; after a bulk load HNSW is kept only if its recall@10 against exact search reaches vector_index.RECALL_TARGET "
             "(else vector search scans exactly; metadata vector_search says which and why). Fails at once, naming the files, "
             "when the embedder's model files are not on this machine (the schedule does not request it).",
         )],
@@ -49,8 +49,8 @@ def index_assets(corpus: Corpus) -> list[dg.AssetsDefinition]:
             with postgres.connect() as conn:
                 store.create(conn, schema, embedder.dims)
                 report = store.sync(conn, schema, chunks, embedder, progress=context.log.info, allow_shrink=config.allow_shrink)
-                rows, dims = store.count(conn, schema), store.table_dims(conn, schema)
-                chosen = store.vector_index(conn, schema)
+                rows, dims = tables.count(conn, schema), tables.table_dims(conn, schema)
+                chosen = vector_index.vector_index(conn, schema)
         seconds = time.perf_counter() - start
         vector_search = ({"vector_search": chosen.kind, "vector_search_reason": chosen.reason} if chosen else
                          {"vector_search": "hnsw", "vector_search_reason": f"not checked: the check follows a bulk load ({store.BULK_MIN:,} "
@@ -63,7 +63,7 @@ def index_assets(corpus: Corpus) -> list[dg.AssetsDefinition]:
                 "inserted": report.inserted, "updated": report.updated, "deleted": report.deleted,
                 "unchanged": report.unchanged, "embedded": report.embedded,
                 "seconds": round(seconds, 3), "chunks_per_second": round(len(chunks) / seconds, 1) if seconds else 0.0,
-                **vector_search,  # hnsw or exact: chosen after a bulk load by the HNSW index's measured recall (store.choose_vector_index)
+                **vector_search,  # hnsw or exact: chosen after a bulk load by the HNSW index's measured recall (vector_index.choose_vector_index)
             },
         )
         yield dg.AssetCheckResult(asset_key=this, check_name="index_consistent", passed=0 < rows == len(chunks) and dims == embedder.dims,

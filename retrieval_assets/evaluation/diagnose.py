@@ -30,7 +30,7 @@ from retrieval_assets.search import pipeline
 from retrieval_assets.evaluation.evaluate import Evaluation, evaluate_pipelines
 from retrieval_assets.params import DEFAULT, RetrievalParams
 from retrieval_assets.search.pipeline import Retriever
-from retrieval_assets.index.tables import statement
+from retrieval_assets.index.tables import statement, table_dims
 from retrieval_assets.types import Chunk, Document, GoldenQuery
 
 FAILURES = ("vocabulary-gap", "chunk-boundary", "ranking", "reranker-demotion", "anchor-ambiguity")
@@ -181,7 +181,7 @@ def what_if(conn: psycopg.Connection, retriever: Retriever, golden: Sequence[Gol
     finally:  # the scratch schema is this run's alone (unique name), dropped even when an experiment fails
         conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(scratch)))
     for name, other in (others or {}).items():
-        if other is None or store.table_dims(conn, other.schema) != other.embedder.dims:
+        if other is None or table_dims(conn, other.schema) != other.embedder.dims:
             results.append(WhatIf("better-embedder", f"the {name} partition", (), (), f"not run: partition {name} is not indexed"))
         elif store.chunk_ids(conn, other.schema) != {c.chunk_id for c in chunks}:
             results.append(WhatIf("better-embedder", f"the {name} partition", (), (),

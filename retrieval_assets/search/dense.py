@@ -55,7 +55,7 @@ def _one_trip(conn: psycopg.Connection):
         yield
 
 
-# an exact scan of the narrow copy (store.exact_copy): the chunk table's distances (a halfvec copy's: within
+# an exact scan of the narrow copy (copies.exact_copy): the chunk table's distances (a halfvec copy's: within
 # half precision of them), ties by chunk_id in code-point order (what a split scan's parts are merged by)
 _EXACT = """SELECT chunk_id, 1 - distance FROM (
                SELECT chunk_id, embedding <=> %(q)s AS distance FROM {vectors} ORDER BY distance, chunk_id COLLATE "C" LIMIT %(n)s) AS top"""
@@ -174,9 +174,9 @@ def vector_search(conn: psycopg.Connection, schema: str, vector: np.ndarray, n: 
     The HNSW candidate list is ``ef_search`` (default ``n``; at least pgvector's default 40, at
     most 1000): raise it above ``n`` to trade latency for recall (benchmarks/results/scale.md).
     The setting is transaction-local and sent with the query, in one round trip (``_one_trip``).
-    ``exact``: scan the table's narrow copy of the embeddings (``store.exact_copy``, present when
+    ``exact``: scan the table's narrow copy of the embeddings (``copies.exact_copy``, present when
     the table was chosen to scan exactly) instead, ties broken by chunk_id; ``"halfvec"`` when the
-    copy holds halfvec (``store.exact_copy_type``). On a ``pg.connect`` connection with no transaction
+    copy holds halfvec (``copies.exact_copy_type``). On a ``pg.connect`` connection with no transaction
     open, that scan is split by pages across it and ``pg.partner`` (same lists as one statement).
     """
     partner = scan_partner(conn, exact)

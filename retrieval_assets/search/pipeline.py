@@ -23,7 +23,7 @@ import psycopg
 from psycopg import pq
 from psycopg.rows import dict_row
 
-from retrieval_assets.index import store
+from retrieval_assets.index import copies, vector_index
 
 from retrieval_assets.search import dense, fusion, hybrid
 from retrieval_assets.index.embed import Embedder
@@ -43,8 +43,8 @@ class Retriever:
     schema: str
     embedder: Embedder
     reranker: Reranker | None = None
-    ef_search: int | None = None  # the least hnsw.ef_search the table's graph reaches its recall target at (store.vector_index)
-    exact: bool | str = False  # the table was chosen to scan exactly: its narrow copy's vector type ("vector", "halfvec"; store.exact_copy)
+    ef_search: int | None = None  # the least hnsw.ef_search the table's graph reaches its recall target at (vector_index.vector_index)
+    exact: bool | str = False  # the table was chosen to scan exactly: its narrow copy's vector type ("vector", "halfvec"; copies.exact_copy)
 
 
 @dataclass(frozen=True)
@@ -64,12 +64,12 @@ def retriever(conn: psycopg.Connection, schema: str, embedder: Embedder, params:
               reranker: Reranker | None = None) -> Retriever:
     """The retriever ``params`` asks for: ``reranker`` when given, else the BM25 ``LexicalReranker`` with the
     pool's idf or (``params.rerank_idf == "corpus"``) the idf of every chunk in ``schema`` (``corpus_stats``); with the
-    ef_search the table's graph was chosen at after its last bulk load (``store.choose_vector_index``), if any, or
+    ef_search the table's graph was chosen at after its last bulk load (``vector_index.choose_vector_index``), if any, or
     the exact scan of its narrow copy when that was chosen."""
     if reranker is None:
         reranker = LexicalReranker(corpus=corpus_stats(conn, schema) if params.rerank_idf == "corpus" else None)
-    chosen = store.vector_index(conn, schema)
-    if chosen is not None and chosen.kind == "exact" and (copy := store.exact_copy_type(conn, schema)):
+    chosen = vector_index.vector_index(conn, schema)
+    if chosen is not None and chosen.kind == "exact" and (copy := copies.exact_copy_type(conn, schema)):
         return Retriever(schema, embedder, reranker, exact=copy)
     return Retriever(schema, embedder, reranker, chosen.ef_search if chosen is not None and chosen.kind == "hnsw" else None)
 
