@@ -22,7 +22,7 @@ from retrieval_assets import params, partitions, pg
 
 from retrieval_assets.answers import answer
 
-from retrieval_assets.corpus import golden
+from retrieval_assets.corpus import command as corpus_command, golden
 
 from retrieval_assets.evaluation import diagnose, evaluate, history, regression
 
@@ -55,6 +55,7 @@ def _parser() -> argparse.ArgumentParser:
         "chunk-stats": "print corpus statistics as JSON",
         "answer": "index, then answer a question from the corpus with cited source sentences",
     }
+    corpus_command.add_parser(commands)
     for name, help_text in {"runs": "list the latest evaluations in the assets' history (run ids for diff)",
                             "diff": "per-query nDCG and rank changes of one pipeline between two runs of the history"}.items():
         p = commands.add_parser(name, help=help_text, description=help_text)
@@ -228,6 +229,9 @@ def run(argv: list[str] | None = None, out=None) -> int:
     args = _parser().parse_args(argv)
     if args.command in ("runs", "diff"):
         _history(args, out)
+        return 0
+    if args.command == "corpus":
+        corpus_command.run(args, out)
         return 0
     documents = chunker.load_documents(args.corpus)
     if args.command == "chunk-stats":

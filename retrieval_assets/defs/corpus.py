@@ -10,6 +10,7 @@ assets report that there is nothing to evaluate.
 import hashlib
 import pickle
 import statistics
+import warnings
 from pathlib import Path
 
 import dagster as dg
@@ -39,9 +40,14 @@ def _preview(rows: list[dict], limit: int = 10) -> dg.MetadataValue:
     return dg.MetadataValue.md(head + body)
 
 
-def data_version(value: object) -> dg.DataVersion:
-    """A content hash of an asset value: equal values, equal versions."""
-    return dg.DataVersion(hashlib.sha256(pickle.dumps(value, protocol=5)).hexdigest()[:16])
+def versioned(value: object, metadata: dict) -> dg.Output:
+    """``value`` as an output whose data version is a hash of its content: equal values, equal versions.
+    (``Output(data_version=...)`` is marked beta in Dagster 1.13, knowingly used: the staleness it drives
+    keeps one embedder's assets up to date when another embedder's run materialises the corpus again.)"""
+    version = dg.DataVersion(hashlib.sha256(pickle.dumps(value, protocol=5)).hexdigest()[:16])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", dg.BetaWarning)
+        return dg.Output(value, data_version=version, metadata=metadata)
 
 
 def check_requested_corpus(context: dg.AssetExecutionContext, corpus: Corpus) -> None:
@@ -76,7 +82,7 @@ def corpus_assets(corpus: Corpus) -> list[dg.AssetsDefinition]:
         with user_errors("documents"):
             docs = chunker.load_documents(corpus.check().path)
         context.log.info(f"corpus {corpus.name}: {len(docs)} documents from {corpus.path}")
-        return dg.Output(docs, data_version=data_version(docs), metadata={
+        return versioned(docs, {
             "corpus": corpus.name,
             "documents": len(docs),
             "characters": sum(len(d.text) for d in docs),
@@ -94,7 +100,7 @@ def corpus_assets(corpus: Corpus) -> list[dg.AssetsDefinition]:
             raise dg.Failure(description=f"chunks: the corpus's {len(documents)} files hold no text (all empty or blank); "
                              "nothing to index, and the index is left as it was")
         per_doc = [sum(1 for c in out if c.doc_id == d.doc_id) for d in documents]
-        return dg.Output(out, data_version=data_version(out), metadata={
+        return versioned(out, {
             "corpus": corpus.name,
             "chunks": len(out),
             "characters": sum(len(c.text) for c in out),
@@ -114,16 +120,14 @@ def corpus_assets(corpus: Corpus) -> list[dg.AssetsDefinition]:
     def golden_queries(context: dg.AssetExecutionContext, documents: list[Document], chunks: list[Chunk]):
         if not corpus.golden_path.exists():
             context.log.info(f"corpus {corpus.name}: no {corpus.golden_path}, nothing to evaluate")
-            yield dg.Output([], data_version=data_version([]),
-                            metadata={"corpus": corpus.name, "queries": 0, "status": f"nothing to evaluate: {corpus.golden_path} does not exist"})
+            yield versioned([], {"corpus": corpus.name, "queries": 0, "status": f"nothing to evaluate: {corpus.golden_path} does not exist"})
             yield dg.AssetCheckResult(check_name="anchors_inside_chunks", passed=True, metadata={"unreachable": "none (no golden set)"})
             return
         with user_errors("golden_queries"):
             queries = golden.load_golden(corpus.golden_path, documents)
         unreachable = [q.query_id for q in queries if not golden.relevant(chunks, q)]
         kinds = {k: sum(q.kind == k for q in queries) for k in golden.KINDS}
-        yield dg.Output(queries, data_version=data_version(queries),
-                        metadata={"corpus": corpus.name, "queries": len(queries), **{f"{k}_queries": v for k, v in kinds.items()}})
+        yield versioned(queries, {"corpus": corpus.name, "queries": len(queries), **{f"{k}_queries": v for k, v in kinds.items()}})
         yield dg.AssetCheckResult(check_name="anchors_inside_chunks", passed=not unreachable,
                                   metadata={"unreachable": ", ".join(unreachable) or "none"})
 

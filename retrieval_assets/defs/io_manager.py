@@ -108,15 +108,19 @@ class PostgresPickleIOManager(dg.ConfigurableIOManager):
         return values
 
     def _producers(self, context: dg.InputContext, partition_keys: Sequence[str]) -> dict[str, str | None]:
-        """Per partition, the run whose value to read: the producing step's run when it belongs to this
-        run (or its re-executed parent), else the latest materialisation in the event log (None: not recorded)."""
-        upstream, producer, here = context.upstream_output, None, set()
+        """Per partition, the run whose value to read: the producing step's run when that run materialised
+        the partition (this run, or the parent a re-execution reuses), else the latest materialisation in
+        the event log (None: none recorded)."""
+        producer = None
         try:
-            producer = upstream.run_id if upstream is not None else None
+            producer = context.upstream_output.run_id if context.upstream_output is not None else None
         except dg.DagsterInvariantViolationError:  # an asset from outside the run: its context carries no run
             pass
-        if producer and context.instance.has_run(producer):  # a real run, not Dagster's placeholder
-            here = set(upstream.asset_partition_keys) if upstream.has_asset_partitions else {""}
+        here = set()
+        if producer:  # Dagster's placeholder id for an asset from outside the run has no events
+            events = context.instance.get_records_for_run(producer, of_type=dg.DagsterEventType.ASSET_MATERIALIZATION).records
+            here = {r.event_log_entry.dagster_event.partition or "" for r in events
+                    if r.event_log_entry.dagster_event.asset_key == context.asset_key}
         runs: dict[str, str | None] = {}
         for p in partition_keys:
             if p in here:
