@@ -24,16 +24,18 @@ from retrieval_assets.answers import answer, claude
 from retrieval_assets.search import pipeline, rerank
 from retrieval_assets.answers import citations as cite
 from retrieval_assets.corpus import golden as golden_set
+from retrieval_assets.corpus.registry import FIXTURE_CORPUS
 from retrieval_assets.defs import answers as answers_defs
-from retrieval_assets.defs import corpus, diagnosis, evaluation, index
-from retrieval_assets.defs.jobs import evaluate_embedders
+from retrieval_assets.defs.corpora import corpus_definitions
 from retrieval_assets.defs.partitions import embedders
 from retrieval_assets.defs.resources import CorpusResource, PostgresResource
 from retrieval_assets.index.embed import HashEmbedder
 from retrieval_assets.types import Answer, Chunk, Draft, Faithfulness
 from retrieval_assets_tests.conftest import CORPUS
 
-RETRIEVAL_MODULES = [corpus, index, evaluation, diagnosis]  # the retrieval group's asset modules
+FIXTURE_DEFS = dg.Definitions.merge(corpus_definitions(FIXTURE_CORPUS),
+                                    dg.Definitions(resources={"postgres": PostgresResource(), "corpus": CorpusResource()}))
+ANSWERS = dg.AssetKey(["fixture", "answers"])
 SCHEMA = "t_test_answer"  # conftest's schema of this module
 
 
@@ -472,12 +474,10 @@ def no_credentials(monkeypatch):
 
 
 def materialize(resource, answers_config, selection):
-    ops = {"answers": {"config": answers_config}}
+    ops = {"fixture__answers": {"config": answers_config}} if "answers" in selection else {}
     return dg.materialize(
-        [*dg.load_assets_from_modules(RETRIEVAL_MODULES), answers_defs.answers], partition_key="hash", selection=selection,
-        resources={"postgres": resource, "corpus": CorpusResource(path=str(CORPUS))},
-        run_config={"ops": {k: v for k, v in ops.items() if k in selection}},
-        raise_on_error=False,
+        list(FIXTURE_DEFS.assets), partition_key="hash", selection=[f"fixture/{s}" for s in selection],
+        resources={"postgres": resource, "corpus": CorpusResource()}, run_config={"ops": ops}, raise_on_error=False,
     )
 
 
@@ -489,21 +489,19 @@ def test_default_questions_are_one_golden_query_per_kind(golden):
 
 
 def test_answers_asset_is_live_and_outside_the_evaluation_job():
-    asset = answers_defs.answers
-    key = dg.AssetKey("answers")
-    assert asset.group_names_by_key[key] == "live"
+    [asset] = answers_defs.answer_assets(FIXTURE_CORPUS)
+    key = ANSWERS
+    assert asset.group_names_by_key[key] == "fixture_live"
     assert asset.partitions_def == embedders
-    assert dg.AssetKey("chunk_index") in {dep.asset_key for dep in asset.specs_by_key[key].deps}
-    defs = dg.Definitions(assets=[*dg.load_assets_from_modules(RETRIEVAL_MODULES), asset], jobs=[evaluate_embedders],
-                          resources={"postgres": PostgresResource(), "corpus": CorpusResource()})
-    job_keys = defs.resolve_job_def("evaluate_embedders").asset_layer.selected_asset_keys
-    assert key not in job_keys and dg.AssetKey("eval_run") in job_keys
+    assert dg.AssetKey(["fixture", "chunk_index"]) in {dep.asset_key for dep in asset.specs_by_key[key].deps}
+    job_keys = FIXTURE_DEFS.resolve_job_def("evaluate_embedders").asset_layer.selected_asset_keys
+    assert key not in job_keys and dg.AssetKey(["fixture", "eval_run"]) in job_keys
 
 
 def test_answers_asset_with_the_extractive_answerer(resource, no_credentials):
     result = materialize(resource, {"answerer": "extractive"}, ["documents", "chunks", "chunk_index", "answers"])
     assert result.success
-    [event] = [e for e in result.get_asset_materialization_events() if e.asset_key == dg.AssetKey("answers")]
+    [event] = [e for e in result.get_asset_materialization_events() if e.asset_key == ANSWERS]
     meta = {k: v.value for k, v in event.materialization.metadata.items()}
     assert meta["answerer"] == "extractive" and meta["questions"] == 3
     assert meta["total_cost_usd"] == 0.0 and meta["refused"] == 0
@@ -529,7 +527,7 @@ def test_answers_asset_without_credentials_fails_at_once(resource, no_credential
     result = materialize(resource, {}, ["answers"])
     assert not result.success
     failure = next(e for e in result.all_events if e.event_type_value == "STEP_FAILURE")
-    assert failure.step_key == "answers"
+    assert failure.step_key == "fixture__answers"
     message = failure.event_specific_data.error.to_string()
     assert "ANTHROPIC_API_KEY" in message and "answerer: extractive" in message
     assert not result.get_asset_materialization_events()

@@ -17,16 +17,17 @@ from retrieval_assets.corpus import golden
 
 from retrieval_assets.evaluation import evaluate
 from retrieval_assets.search import pipeline as pipeline_lib
-from retrieval_assets.definitions import defs
-from retrieval_assets.defs import corpus, diagnosis, index
-from retrieval_assets.defs import evaluation as evaluation_defs
-from retrieval_assets.defs.jobs import nightly_evaluation
+from retrieval_assets.corpus.registry import FIXTURE_CORPUS
+from retrieval_assets.defs.corpora import corpus_definitions
 from retrieval_assets.defs.resources import CorpusResource, PostgresResource
 from retrieval_assets.index.embed import HashEmbedder
 from retrieval_assets.params import DEFAULT
 from retrieval_assets_tests.conftest import CORPUS
+from retrieval_assets_tests.graph import assets, corpus_of, short, step
 
-ALL = dg.load_assets_from_modules([corpus, index, evaluation_defs, diagnosis])
+FIXTURE_DEFS = dg.Definitions.merge(corpus_definitions(FIXTURE_CORPUS),
+                                    dg.Definitions(resources={"corpus": CorpusResource(), "postgres": PostgresResource()}))
+nightly_evaluation = FIXTURE_DEFS.get_schedule_def("nightly_evaluation")
 PREFIX = "t_dagster_"
 REPORTS = Path(tempfile.mkdtemp(prefix="retrieval-reports-"))
 NO_FLOORS = {"min_recall": 0.0, "min_mrr": 0.0, "min_ndcg": 0.0}
@@ -41,27 +42,39 @@ def resource(pg_dsn):
             conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(schema)))
 
 
-def run(resource, corpus_dir=CORPUS, eval_config=None, partition="hash", selection=None, what_if=False, name="", instance=None):
-    selection = selection or (dg.AssetSelection.groups("retrieval") | (dg.AssetSelection.assets("what_ifs") if what_if else dg.AssetSelection.groups("none")))
-    ops = {"eval_run": {"config": eval_config}} if eval_config else {}
+def run(resource, corpus_dir=CORPUS, eval_config=None, partition="hash", selection=None, what_if=False, name="", instance=None,
+        requested=None):
+    """The corpus's own graph (``<corpus>/...``) materialised in process; ``requested``: the corpus resource's name and path."""
+    corpus = corpus_of(corpus_dir, name)
+    if selection is None:
+        selection = dg.AssetSelection.groups(corpus.name)
+        if what_if:
+            selection |= dg.AssetSelection.assets(dg.AssetKey([corpus.name, "what_ifs"]))
+    else:
+        selection = [f"{corpus.name}/{s}" for s in selection]
+    ops = {f"{corpus.name}__eval_run": {"config": eval_config}} if eval_config else {}
     return dg.materialize(
-        ALL, partition_key=partition, run_config={"ops": ops}, raise_on_error=False, selection=selection, instance=instance,
-        resources={"postgres": resource, "corpus": CorpusResource(path=str(corpus_dir), name=name, report_dir=str(REPORTS))},
+        assets(corpus), partition_key=partition, run_config={"ops": ops}, raise_on_error=False, selection=selection, instance=instance,
+        resources={"postgres": resource, "corpus": CorpusResource(report_dir=str(REPORTS), **(requested or {}))},
     )
 
 
-def metadata(result, key):
-    [event] = [e for e in result.get_asset_materialization_events() if e.asset_key == dg.AssetKey(key)]
+def metadata(result, name):
+    [event] = [e for e in result.get_asset_materialization_events() if short(e.asset_key) == name]
     return {k: v.value for k, v in event.materialization.metadata.items()}
+
+
+def output(result, name, corpus="fixture"):
+    return result.output_for_node(f"{corpus}__{name}")
 
 
 def failure(result) -> tuple[str, str]:
     event = next(e for e in result.all_events if e.event_type_value == "STEP_FAILURE")
-    return event.step_key, event.event_specific_data.error.to_string()
+    return step(event.step_key), event.event_specific_data.error.to_string()
 
 
 def done(result) -> set[str]:
-    return {e.asset_key.to_user_string() for e in result.get_asset_materialization_events()}
+    return {short(e.asset_key) for e in result.get_asset_materialization_events()}
 
 
 def fingerprint(resource, schema: str):
@@ -77,13 +90,13 @@ def history_rows(resource) -> int:
 
 
 def test_definitions_load_with_jobs_schedule_and_partitions():
-    repo = defs.get_repository_def()
-    assert {k.to_user_string() for k in repo.asset_graph.get_all_asset_keys()} == {
+    repo = FIXTURE_DEFS.get_repository_def()
+    assert {k.to_user_string() for k in repo.asset_graph.get_all_asset_keys()} == {f"fixture/{n}" for n in (
         "documents", "chunks", "golden_queries", "chunk_index", "eval_run", "failure_report", "what_ifs",
-        "embedder_comparison", "eval_trend", "answers", "cranfield_report"}
-    job = defs.resolve_job_def("evaluate_embedders")
+        "embedder_comparison", "eval_trend", "answers")}
+    job = FIXTURE_DEFS.resolve_job_def("evaluate_embedders")
     assert job.partitions_def.get_partition_keys() == ["hash", "minilm", "bge-small"]
-    assert "what_ifs" not in {k.to_user_string() for k in job.asset_layer.executable_asset_keys}
+    assert "what_ifs" not in {short(k) for k in job.asset_layer.executable_asset_keys}
     assert nightly_evaluation.default_status == dg.DefaultScheduleStatus.STOPPED
 
 
@@ -102,7 +115,7 @@ def test_whole_graph_for_hash_matches_the_library(resource):
     result = run(resource, what_if=True)
     assert result.success
     index = metadata(result, "chunk_index")
-    chunks = result.output_for_node("chunks")
+    chunks = output(result, "chunks")
     assert index["rows"] == len(chunks) == 430 and index["dims"] == 256
     # 430 chunks go in row by row, not in bulk: the vector search was not checked, and says so
     assert index["vector_search"] == "hnsw" and index["vector_search_reason"].startswith("not checked")
@@ -150,8 +163,8 @@ def test_the_diagnosis_reuses_eval_runs_traces(resource):
     from retrieval_assets.evaluation import diagnose
 
     result = run(resource)
-    ev = result.output_for_node("eval_run")
-    report = result.output_for_node("failure_report")
+    ev = output(result, "eval_run")
+    report = output(result, "failure_report")
     with resource.connect() as conn:
         fresh = diagnose.diagnose(conn, pipeline_lib.retriever(conn, resource.schema("hash"), HashEmbedder(), ev.params),
                                   golden.load_golden(CORPUS / "golden.yaml"), ev.params)
@@ -246,7 +259,7 @@ def test_a_bad_corpus_folder_fails_documents_and_writes_nothing(resource, tmp_pa
     assert not result.success
     step, message = failure(result)
     assert step == "documents" and str(target) in message
-    assert {"missing": "not found", "file": "must be a directory", "empty": "no Markdown files"}[case] in message
+    assert {"missing": "no longer exists", "file": "must be a directory", "empty": "no Markdown files"}[case] in message
     assert not result.get_asset_materialization_events()
     assert (fingerprint(resource, resource.schema("hash")), history_rows(resource)) == before
 
@@ -281,24 +294,41 @@ def test_an_unknown_partition_is_refused_with_its_name(resource):
     assert history_rows(resource) == before
 
 
-def test_an_unavailable_model_skips_its_partition_instead_of_failing(resource):
-    instance = dg.DagsterInstance.ephemeral()
-    result = run(resource, partition="bge-small", instance=instance)
-    assert result.success
+def test_an_unavailable_model_fails_its_partition_at_once_naming_the_files(resource):
+    before = history_rows(resource)
+    result = run(resource, partition="bge-small")
+    assert not result.success
+    step_name, message = failure(result)
+    assert step_name == "chunk_index" and "BAAI/bge-small-en-v1.5" in message and "FASTEMBED_CACHE_PATH" in message
     assert done(result) == {"documents", "chunks", "golden_queries"}
-    skipped = {e.step_key for e in result.all_events if e.event_type_value == "STEP_SKIPPED"}
-    assert skipped >= {"eval_run", "failure_report", "embedder_comparison"}
-    warnings = [r.user_message for r in instance.all_logs(result.run_id) if r.step_key == "chunk_index" and r.level >= 30]
-    assert any("BAAI/bge-small-en-v1.5" in w and "FASTEMBED_CACHE_PATH" in w for w in warnings)
-    assert not [e for e in result.get_asset_check_evaluations() if not e.passed]
+    assert history_rows(resource) == before
 
 
-def test_the_readme_config_for_an_own_corpus_is_valid_run_config():
+def test_the_readme_config_for_an_own_corpus_is_valid_run_config(tmp_path):
     readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
     block = readme.split("Save as `my-corpus.yaml`", 1)[1].split("```yaml\n", 1)[1].split("```", 1)[0]
     config = yaml.safe_load(block)
-    assert config["resources"]["corpus"]["config"]["name"] == "handbook"
-    assert dg.validate_run_config(defs.resolve_job_def("evaluate_embedders"), config)
+    handbook = corpus_of(tmp_path, "handbook")
+    assert "uv run python -m retrieval_assets corpus add handbook " in readme
+    assert "uv run dg launch --job evaluate_embedders__handbook --partition hash --config my-corpus.yaml" in readme
+    defs = dg.Definitions.merge(corpus_definitions(handbook), dg.Definitions(resources={"corpus": CorpusResource(), "postgres": PostgresResource()}))
+    assert dg.validate_run_config(defs.resolve_job_def("evaluate_embedders__handbook"), config)
+
+
+def test_a_run_config_naming_another_corpus_registers_it_and_stops_naming_its_job(resource, tmp_path):
+    from retrieval_assets.corpus import registry
+
+    folder = _own_corpus(tmp_path / "ferries")
+    before = history_rows(resource)
+    result = run(resource, requested={"name": "ferries", "path": str(folder)})
+    assert not result.success
+    step_name, message = failure(result)
+    assert step_name == "documents" and "corpus ferries" in message and "dg launch --job evaluate_embedders__ferries" in message
+    assert not result.get_asset_materialization_events() and history_rows(resource) == before
+    with resource.connect() as conn:
+        assert registry.get(conn, resource.history_schema, "ferries").path == str(folder.resolve())
+    taken = run(resource, requested={"name": "ferries", "path": str(CORPUS)})  # the name is taken by another folder
+    assert "corpus fixture" in failure(taken)[1] or "ferries" in failure(taken)[1]
 
 
 def check(result, name: str):
@@ -384,8 +414,8 @@ def test_the_cli_diff_names_the_changed_queries(resource, capsys, monkeypatch):
 
 
 def test_eval_trend_is_requested_after_every_eval_run_and_not_again(resource):
-    from retrieval_assets.defs.jobs import refresh_reports, reports_after_evaluation
-
+    reports_after_evaluation = FIXTURE_DEFS.get_sensor_def("reports_after_evaluation")
+    refresh_reports = FIXTURE_DEFS.resolve_job_def("refresh_reports")
     instance = dg.DagsterInstance.ephemeral()
 
     def tick(cursor):

@@ -19,9 +19,9 @@ from retrieval_assets.corpus import golden
 from retrieval_assets.index import bm25, chunker, store, tables
 
 from retrieval_assets.search import pipeline, ts_rank
-from retrieval_assets.defs import corpus as corpus_defs
-from retrieval_assets.defs import index as index_defs
+from retrieval_assets.corpus.registry import FIXTURE_CORPUS
 from retrieval_assets.defs.resources import CorpusResource, PostgresResource
+from retrieval_assets_tests.graph import assets, corpus_of, selection, step
 from retrieval_assets.index.embed import HashEmbedder
 from retrieval_assets.params import DEFAULT, MAX_QUERY_CHARS, SEED
 from retrieval_assets.search.rerank import LexicalReranker
@@ -52,9 +52,9 @@ def test_no_entry_point_shows_the_password(dsn, capsys):
     shown = subprocess.run([sys.executable, "-m", "retrieval_assets.pg", "dsn"], env=env, capture_output=True, text=True, timeout=60)
     assert SECRET not in shown.stdout + shown.stderr
     instance = dg.DagsterInstance.ephemeral()
-    result = dg.materialize([*dg.load_assets_from_modules([corpus_defs, index_defs])], partition_key="hash", instance=instance,
+    result = dg.materialize(assets(FIXTURE_CORPUS), partition_key="hash", instance=instance,
                             resources={"postgres": PostgresResource(dsn=dsn), "corpus": CorpusResource()}, raise_on_error=False,
-                            selection=["documents", "chunks", "golden_queries", "chunk_index"])
+                            selection=selection(FIXTURE_CORPUS, "documents", "chunks", "golden_queries", "chunk_index"))
     assert not result.success
     logged = " ".join(str(r.user_message) + str(r.dagster_event and r.dagster_event.event_specific_data) for r in instance.all_logs(result.run_id))
     assert "cannot connect" in logged or "not a valid connection string" in logged
@@ -126,14 +126,11 @@ def test_concurrent_connects_start_one_embedded_server(tmp_path, monkeypatch):
 
 @pytest.mark.slow
 def test_two_overlapping_runs_of_one_partition_both_succeed(pg_dsn, tmp_path):
-    from retrieval_assets.defs import diagnosis, evaluation
-
-    assets = dg.load_assets_from_modules([corpus_defs, index_defs, evaluation, diagnosis])
     resource = PostgresResource(dsn=pg_dsn, schema_prefix="t_overlap_")
 
     def materialize(i):
-        return dg.materialize(assets, partition_key="hash", raise_on_error=False,
-                              selection=dg.AssetSelection.groups("retrieval") | dg.AssetSelection.assets("what_ifs"),
+        return dg.materialize(assets(FIXTURE_CORPUS), partition_key="hash", raise_on_error=False,
+                              selection=dg.AssetSelection.groups("fixture") | dg.AssetSelection.assets(["fixture", "what_ifs"]),
                               resources={"postgres": resource, "corpus": CorpusResource(report_dir=str(tmp_path / str(i)))})
 
     try:
@@ -305,12 +302,13 @@ def test_an_all_empty_corpus_fails_chunks_and_leaves_the_index(pg_dsn, tmp_path)
     root.mkdir()
     (root / "a.md").write_text("")
     (root / "b.md").write_text("\n\n   \n")
-    result = dg.materialize([*dg.load_assets_from_modules([corpus_defs, index_defs])], partition_key="hash", raise_on_error=False,
-                            resources={"postgres": PostgresResource(dsn=pg_dsn, schema_prefix="t_blank_"),
-                                       "corpus": CorpusResource(path=str(root), name="fixture")})
+    blank = corpus_of(root, "fixture")
+    result = dg.materialize(assets(blank), partition_key="hash", raise_on_error=False,
+                            selection=selection(blank, "documents", "chunks", "golden_queries", "chunk_index"),
+                            resources={"postgres": PostgresResource(dsn=pg_dsn, schema_prefix="t_blank_"), "corpus": CorpusResource()})
     assert not result.success
     failure = next(e for e in result.all_events if e.event_type_value == "STEP_FAILURE")
-    assert failure.step_key == "chunks" and "hold no text" in failure.event_specific_data.error.to_string()
+    assert step(failure.step_key) == "chunks" and "hold no text" in failure.event_specific_data.error.to_string()
 
 
 def test_bm25_lengths_are_the_real_token_count_past_the_tsvector_caps(conn, schema):

@@ -1,11 +1,14 @@
 """The Postgres IO manager against the test Postgres: values round-trip (unpartitioned, one
-partition, all partitions), ``None`` is not stored, a missing value fails with a message, the
-defs folder registers it, and two embedder partitions of ``evaluate_embedders`` run at once on
-the multiprocess executor, their steps handing values over through Postgres alone."""
+partition, all partitions), ``None`` is stored, a missing value fails with a message, values are
+keyed by the run that produced them (a run reads its own upstream values even when another run
+wrote the same asset since; a re-execution reads its parent's), the defs folder registers it, and
+two embedder partitions of ``evaluate_embedders`` run at once on the multiprocess executor, their
+steps handing values over through Postgres alone."""
 
 import concurrent.futures
 import os
 import pickle
+import time
 from pathlib import Path
 
 import dagster as dg
@@ -82,8 +85,10 @@ def _materialize(postgres, selection, partition=None, io_postgres=None):
 
 
 def _rows(postgres) -> dict[tuple[str, str], object]:
+    """The newest stored value of every (asset key, partition)."""
     with postgres.connect() as conn:
-        rows = conn.execute(sql.SQL("SELECT asset_key, partition, value FROM {}").format(
+        rows = conn.execute(sql.SQL("SELECT DISTINCT ON (asset_key, partition) asset_key, partition, value FROM {} "
+                                    "ORDER BY asset_key, partition, stored_at DESC").format(
             sql.Identifier(postgres.io_schema, TABLE))).fetchall()
     return {(key, partition): pickle.loads(value) for key, partition, value in rows}
 
@@ -150,6 +155,67 @@ def test_missing_value_fails_naming_asset_and_partition(postgres):
     assert _materialize(postgres, ["word"], partition="b").success  # restore
 
 
+@dg.asset
+def slow_total(numbers: list[int]) -> int:
+    import time
+
+    time.sleep(1.0)  # long enough for another run to write numbers meanwhile
+    return sum(numbers)
+
+
+def test_a_run_reads_its_own_upstream_value_while_another_run_writes_the_same_asset(postgres):
+    """Two runs at once on one instance: each reads the numbers it produced, not the newer row of the other."""
+    instance = dg.DagsterInstance.ephemeral()
+
+    def launch(values: list[int]) -> int:
+        @dg.asset(name="numbers")
+        def these() -> list[int]:
+            return values
+
+        result = dg.materialize([these, slow_total], instance=instance, resources=_io(postgres))
+        assert result.success
+        return result.output_for_node("slow_total")
+
+    with concurrent.futures.ThreadPoolExecutor(2) as pool:
+        first = pool.submit(launch, [1, 2, 3])
+        time.sleep(0.3)
+        second = pool.submit(launch, [100, 200])
+        assert (first.result(), second.result()) == (6, 300)
+    assert _materialize(postgres, ["numbers"]).success  # restore
+
+
+def test_a_re_execution_reads_the_parent_runs_values(postgres, tmp_path, monkeypatch):
+    """Re-executing only slow_total reads numbers from the parent run, although a later run stored others."""
+    monkeypatch.setenv("T_IO_DSN", postgres.dsn)
+    home = tmp_path / "home"
+    home.mkdir()
+    job = dg.reconstructable(_numbers_job)
+    with dg.DagsterInstance.local_temp(str(home)) as instance:
+        with dg.execute_job(job, instance=instance) as parent:
+            assert parent.success and _rows(postgres)[("slow_total", "")] == 6
+
+        @dg.asset(name="numbers")
+        def other() -> list[int]:
+            return [7]
+
+        assert dg.materialize([other], instance=instance, resources=_io(postgres)).success  # the latest numbers: [7]
+        options = dg.ReexecutionOptions(parent.run_id, step_selection=["slow_total"])
+        with dg.execute_job(job, instance=instance, reexecution_options=options) as again:
+            assert again.success and _rows(postgres)[("slow_total", "")] == 6  # the parent's [1, 2, 3], not 7
+    assert _materialize(postgres, ["numbers"]).success  # restore
+
+
+def _io(postgres: PostgresResource) -> dict:
+    return {"postgres": postgres, "io_manager": PostgresPickleIOManager(postgres=postgres)}
+
+
+def _numbers_job() -> dg.JobDefinition:
+    """numbers -> slow_total on this module's schemas, rebuilt by Dagster for a re-execution."""
+    postgres = PostgresResource(dsn=os.environ["T_IO_DSN"], schema_prefix=PREFIX)
+    return dg.Definitions(assets=[numbers, slow_total], jobs=[dg.define_asset_job("numbers_job")],
+                          resources=_io(postgres)).resolve_job_def("numbers_job")
+
+
 def test_the_defs_folder_registers_it_on_the_environment_postgres(monkeypatch, pg_dsn):
     monkeypatch.setenv("RETRIEVAL_DSN", pg_dsn)
     monkeypatch.setenv("RETRIEVAL_SCHEMA_PREFIX", PREFIX)
@@ -202,23 +268,24 @@ def test_two_partitions_of_evaluate_embedders_in_parallel_on_the_multiprocess_ex
         assert records["hash"].start_time < records["minilm"].end_time and records["minilm"].start_time < records["hash"].end_time
         for partition, (run_id, _) in runs.items():
             starts = instance.all_logs(run_id, of_type=DagsterEventType.STEP_START)
-            assert {e.dagster_event.step_key for e in starts} >= {"documents", "chunks", "chunk_index", "eval_run"}
+            assert {e.dagster_event.step_key for e in starts} >= {"fixture__documents", "fixture__chunks", "fixture__chunk_index", "fixture__eval_run"}
             assert os.getpid() not in {e.dagster_event.pid for e in starts}  # every step in a process of its own
 
         stored = _rows(postgres)
-        assert {("documents", ""), ("chunks", ""), ("golden_queries", ""), ("eval_run", "hash"), ("eval_run", "minilm")} <= set(stored)
-        assert not {k for k, p in stored if k in {"chunk_index", "embedder_comparison"}}  # MaterializeResult: no value
+        assert {("fixture/documents", ""), ("fixture/chunks", ""), ("fixture/golden_queries", ""), ("fixture/eval_run", "hash"),
+                ("fixture/eval_run", "minilm")} <= set(stored)
+        assert not {k for k, p in stored if k in {"fixture/chunk_index", "fixture/embedder_comparison"}}  # MaterializeResult: no value
 
         defs = dg.load_from_defs_folder(path_within_project=DEFS_FOLDER)
         for partition, (run_id, _) in runs.items():
-            value = defs.load_asset_value("eval_run", partition_key=partition, instance=instance)
-            assert isinstance(value, Evaluation) and value == stored[("eval_run", partition)]
+            value = defs.load_asset_value(["fixture", "eval_run"], partition_key=partition, instance=instance)
+            assert isinstance(value, Evaluation) and value == stored[("fixture/eval_run", partition)]
             [record] = instance.fetch_materializations(
-                dg.AssetRecordsFilter(asset_key=dg.AssetKey("eval_run"), asset_partitions=[partition]), limit=1).records
+                dg.AssetRecordsFilter(asset_key=dg.AssetKey(["fixture", "eval_run"]), asset_partitions=[partition]), limit=1).records
             assert record.run_id == run_id
             metadata = record.asset_materialization.metadata  # this run's row: the bytes it wrote
             assert metadata["value_table"].value == f"{PREFIX}retrieval_io.{TABLE}"
             with postgres.connect() as conn:
-                size = conn.execute(sql.SQL("SELECT octet_length(value) FROM {} WHERE asset_key = 'eval_run' AND partition = %s").format(
-                    sql.Identifier(postgres.io_schema, TABLE)), (partition,)).fetchone()[0]
+                size = conn.execute(sql.SQL("SELECT octet_length(value) FROM {} WHERE asset_key = 'fixture/eval_run' AND partition = %s "
+                                            "AND run_id = %s").format(sql.Identifier(postgres.io_schema, TABLE)), (partition, run_id)).fetchone()[0]
             assert metadata["value_bytes"].value == size

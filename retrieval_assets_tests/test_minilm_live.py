@@ -20,10 +20,9 @@ from retrieval_assets.evaluation import evaluate
 from retrieval_assets.index import chunker, store, tables
 
 from retrieval_assets.search import pipeline, rerank
-from retrieval_assets.defs import corpus as corpus_assets
-from retrieval_assets.defs import evaluation as evaluation_assets
-from retrieval_assets.defs import index as index_assets
+from retrieval_assets.corpus.registry import FIXTURE_CORPUS
 from retrieval_assets.defs.resources import CorpusResource, PostgresResource
+from retrieval_assets_tests.graph import assets, selection
 from retrieval_assets.corpus.golden import load_golden
 from retrieval_assets.search.pipeline import Retriever
 from retrieval_assets_tests.conftest import CORPUS
@@ -107,16 +106,15 @@ def test_cross_encoder_where_available(live):
 def test_dagster_eval_run_for_minilm_shows_the_same_numbers(live):
     resource, ev, _ = live
     result = dg.materialize(
-        [corpus_assets.documents, corpus_assets.chunks, corpus_assets.golden_queries, index_assets.chunk_index,
-         evaluation_assets.eval_run],
-        partition_key="minilm", resources={"postgres": resource, "corpus": CorpusResource(path=str(CORPUS))},
+        assets(FIXTURE_CORPUS), selection=selection(FIXTURE_CORPUS, "documents", "chunks", "golden_queries", "chunk_index", "eval_run"),
+        partition_key="minilm", resources={"postgres": resource, "corpus": CorpusResource()},
     )
     assert result.success
-    [event] = [e for e in result.get_asset_materialization_events() if e.asset_key == dg.AssetKey("eval_run")]
+    [event] = [e for e in result.get_asset_materialization_events() if e.asset_key == dg.AssetKey(["fixture", "eval_run"])]
     meta = {k: v.value for k, v in event.materialization.metadata.items()}
     for stage, m in ev.metrics.items():
         assert meta[f"default/{stage}/recall@k"] == round(m.recall_at_k, 4)
         assert meta[f"default/{stage}/mrr"] == round(m.mrr, 4)
         assert meta[f"default/{stage}/ndcg@k"] == round(m.ndcg_at_k, 4)
-    index = [e for e in result.get_asset_materialization_events() if e.asset_key == dg.AssetKey("chunk_index")][0]
+    index = [e for e in result.get_asset_materialization_events() if e.asset_key == dg.AssetKey(["fixture", "chunk_index"])][0]
     assert index.materialization.metadata["embedded"].value == 0  # nothing re-embedded

@@ -1,6 +1,7 @@
-"""One run history, as a user sees it: a run of the README's main command (no DAGSTER_HOME, the
-root dagster.yaml) shows in the webserver's GraphQL API, with the assets, their partitions and
-the metadata of the latest eval_run. The instance lives in its own Postgres database."""
+"""One run history, as a user sees it: runs of the README's main command (no DAGSTER_HOME, the
+root dagster.yaml) and of a second registered corpus's job show in the webserver's GraphQL API,
+each corpus with its own assets, partitions, metadata and run tag; a second embedder's run leaves
+the first one's eval_run up to date. The instance lives in its own Postgres database."""
 
 import json
 import os
@@ -49,9 +50,23 @@ def webserver(pg_dsn, tmp_path_factory):
     env = {k: v for k, v in os.environ.items() if k not in ("DAGSTER_HOME", "XDG_CONFIG_HOME", "DG_CLI_CONFIG")}
     env.update(HOME=str(tmp_path_factory.mktemp("home")), RETRIEVAL_DSN=pg_dsn, RETRIEVAL_SCHEMA_PREFIX=PREFIX,
                DAGSTER_PG_URL=sqlalchemy_url({**conninfo_to_dict(pg_dsn), "dbname": DATABASE}))
-    launched = subprocess.run([str(BIN / "dg"), "launch", "--job", "evaluate_embedders", "--partition", "hash"],
+    harbour = tmp_path_factory.mktemp("harbour")
+    (harbour / "tides.md").write_text("# Tides\n\nSpring tides follow the full moon and the new moon.\n")
+    (harbour / "ferry.md").write_text("# Ferry\n\nThe ferry leaves the harbour at dawn every day.\n")
+    (harbour / "golden.yaml").write_text("- {query_id: h1, kind: factual, query: when does the ferry leave, doc_id: ferry, anchor: at dawn}\n")
+    added = subprocess.run([sys.executable, "-m", "retrieval_assets", "corpus", "add", "harbour", str(harbour)],
+                           cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    assert added.returncode == 0, added.stderr
+
+    def launch(job: str, partition: str) -> subprocess.CompletedProcess:
+        done = subprocess.run([str(BIN / "dg"), "launch", "--job", job, "--partition", partition],
                               cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
-    assert launched.returncode == 0, launched.stderr[-2000:]
+        assert done.returncode == 0, done.stderr[-2000:]
+        return done
+
+    launched = launch("evaluate_embedders", "hash")  # the README's main command, on a fresh HOME
+    launch("evaluate_embedders__harbour", "hash")
+    launch("evaluate_embedders", "minilm")
     port = _free_port()
     proc = subprocess.Popen(
         [str(BIN / "dagster-webserver"), "-m", "retrieval_assets.definitions", "-h", "127.0.0.1", "-p", str(port)],
@@ -85,34 +100,66 @@ def test_the_main_command_prints_the_summary_not_debug_events(webserver):
     assert "RETRIEVAL_ANALYSIS.md" in output
 
 
-def test_a_command_line_run_shows_in_the_ui(webserver):
+def test_a_command_line_run_shows_in_the_ui_tagged_with_its_corpus(webserver):
     port, _, _ = webserver
     data = _graphql(port, """{ runsOrError { ... on Runs { results { runId jobName status tags { key value } } } } }""")
-    [run] = data["runsOrError"]["results"]
-    assert run["jobName"] == "evaluate_embedders" and run["status"] == "SUCCESS"
-    assert {"key": "dagster/partition", "value": "hash"} in run["tags"]
+    runs = {(r["jobName"], next(t["value"] for t in r["tags"] if t["key"] == "dagster/partition")): r
+            for r in data["runsOrError"]["results"]}
+    assert set(runs) == {("evaluate_embedders", "hash"), ("evaluate_embedders", "minilm"), ("evaluate_embedders__harbour", "hash")}
+    assert all(r["status"] == "SUCCESS" for r in runs.values())
+    corpus_tags = {job: next(t["value"] for t in r["tags"] if t["key"] == "retrieval/corpus") for (job, _), r in runs.items()}
+    assert corpus_tags == {"evaluate_embedders": "fixture", "evaluate_embedders__harbour": "harbour"}
+    tagged = _graphql(port, """{ runsOrError(filter: {tags: [{key: "retrieval/corpus", value: "harbour"}]}) {
+                                   ... on Runs { results { jobName } } } }""")
+    assert [r["jobName"] for r in tagged["runsOrError"]["results"]] == ["evaluate_embedders__harbour"]
     assert _graphql(port, "{ shouldShowNux }") == {"shouldShowNux": False}  # no community dialog over the page (dagster.yaml)
 
 
-def test_graphql_lists_assets_and_partitions(webserver):
+def test_graphql_lists_each_corpus_with_its_own_assets_groups_and_partitions(webserver):
     data = _graphql(webserver[0], "{ assetNodes { assetKey { path } groupName partitionKeys kinds } }")
     nodes = {"/".join(n["assetKey"]["path"]): n for n in data["assetNodes"]}
-    assert set(nodes) == {"documents", "chunks", "golden_queries", "chunk_index", "eval_run", "failure_report", "what_ifs",
-                          "embedder_comparison", "eval_trend", "answers", "cranfield_report"}
-    assert nodes["eval_run"]["partitionKeys"] == ["hash", "minilm", "bge-small"]
-    assert nodes["documents"]["partitionKeys"] == []
-    assert {n["groupName"] for k, n in nodes.items() if k not in ("answers", "cranfield_report", "what_ifs", "eval_trend")} == {"retrieval"}
+    names = ("documents", "chunks", "golden_queries", "chunk_index", "eval_run", "failure_report", "what_ifs",
+             "embedder_comparison", "eval_trend", "answers")
+    assert set(nodes) == {f"{c}/{n}" for c in ("fixture", "harbour") for n in names} | {"cranfield_report"}
+    for corpus in ("fixture", "harbour"):
+        assert nodes[f"{corpus}/eval_run"]["partitionKeys"] == ["hash", "minilm", "bge-small"]
+        assert nodes[f"{corpus}/documents"]["partitionKeys"] == []
+        groups = {n: nodes[f"{corpus}/{n}"]["groupName"] for n in names}
+        assert groups == {**{n: corpus for n in names}, "answers": f"{corpus}_live", "what_ifs": f"{corpus}_experiments",
+                          "eval_trend": f"{corpus}_reports"}
+        assert "postgres" in nodes[f"{corpus}/chunk_index"]["kinds"]
     assert nodes["cranfield_report"]["groupName"] == "benchmark"
-    assert nodes["answers"]["groupName"] == "live"
-    assert nodes["what_ifs"]["groupName"] == "experiments" and nodes["eval_trend"]["groupName"] == "reports"
-    assert "postgres" in nodes["chunk_index"]["kinds"]
+
+
+def _latest_metadata(port: int, corpus: str, partition: str) -> dict:
+    data = _graphql(port, """{ assetOrError(assetKey: {path: ["%s", "eval_run"]}) { ... on Asset {
+              assetMaterializations(partitions: ["%s"], limit: 1) { partition metadataEntries { label
+                ... on FloatMetadataEntry { floatValue } ... on IntMetadataEntry { intValue } ... on TextMetadataEntry { text }
+                ... on MarkdownMetadataEntry { mdStr } } } } } }""" % (corpus, partition))
+    [event] = data["assetOrError"]["assetMaterializations"]
+    assert event["partition"] == partition
+    return {e["label"]: e for e in event["metadataEntries"]}
+
+
+def test_two_corpora_have_their_own_eval_run_metadata_series(webserver):
+    fixture, harbour = _latest_metadata(webserver[0], "fixture", "hash"), _latest_metadata(webserver[0], "harbour", "hash")
+    assert fixture["corpus"]["text"] == "fixture" and fixture["queries"]["intValue"] == 48
+    assert harbour["corpus"]["text"] == "harbour" and harbour["queries"]["intValue"] == 1
+    assert fixture["ndcg@k"]["floatValue"] != harbour["ndcg@k"]["floatValue"]
+
+
+def test_a_second_embedders_run_leaves_the_first_up_to_date(webserver):
+    data = _graphql(webserver[0], """{ assetNodes(assetKeys: [{path: ["fixture", "eval_run"]}, {path: ["fixture", "chunk_index"]}]) {
+                                         assetKey { path } staleStatus(partition: "hash") } }""")
+    assert {"/".join(n["assetKey"]["path"]): n["staleStatus"] for n in data["assetNodes"]} == {
+        "fixture/eval_run": "FRESH", "fixture/chunk_index": "FRESH"}
 
 
 def test_graphql_shows_the_latest_eval_run_metadata(webserver):
     data = _graphql(
         webserver[0],
-        """{ assetOrError(assetKey: {path: ["eval_run"]}) { ... on Asset {
-              assetMaterializations(limit: 1) { partition metadataEntries { label
+        """{ assetOrError(assetKey: {path: ["fixture", "eval_run"]}) { ... on Asset {
+              assetMaterializations(partitions: ["hash"], limit: 1) { partition metadataEntries { label
                 ... on FloatMetadataEntry { floatValue } ... on MarkdownMetadataEntry { mdStr } } } } } }""",
     )
     [event] = data["assetOrError"]["assetMaterializations"]
@@ -127,7 +174,7 @@ def test_graphql_shows_the_latest_eval_run_metadata(webserver):
 def test_the_main_command_exits_non_zero_when_a_blocking_check_fails(webserver):
     _, _, env = webserver
     failed = subprocess.run([str(BIN / "dg"), "launch", "--job", "evaluate_embedders", "--partition", "hash",
-                             "--config-json", json.dumps({"ops": {"eval_run": {"config": {"min_recall": 1.01}}}})],
+                             "--config-json", json.dumps({"ops": {"fixture__eval_run": {"config": {"min_recall": 1.01}}}})],
                             cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
     assert failed.returncode != 0
     assert "quality_floors" in failed.stdout + failed.stderr

@@ -44,7 +44,7 @@ class Corpus:
         return Path(self.path) / "golden.yaml"
 
     def check(self) -> Corpus:
-        if not Path(self.path).is_dir():
+        if not Path(self.path).exists():
             raise CorpusNameError(f"corpus {self.name}: its folder {self.path} no longer exists "
                                   f"(register it again: corpus remove {self.name} --yes, then corpus add {self.name} PATH)")
         return self

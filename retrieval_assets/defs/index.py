@@ -22,6 +22,7 @@ def index_assets(corpus: Corpus) -> list[dg.AssetsDefinition]:
     this = key(corpus, "chunk_index")
 
     @dg.multi_asset(
+        name=f"{corpus.name}__chunk_index",  # the op's name, unique across corpora like the other assets' steps
         specs=[dg.AssetSpec(
             this,
             kinds={"postgres", "pgvector"},
