@@ -155,11 +155,13 @@ def test_missing_value_fails_naming_asset_and_partition(postgres):
     assert _materialize(postgres, ["word"], partition="b").success  # restore
 
 
-@dg.asset
-def slow_total(numbers: list[int]) -> int:
-    import time
+@dg.asset(deps=[numbers])
+def pause() -> None:
+    time.sleep(1.0)  # after numbers is stored, before slow_total reads it: another run writes numbers meanwhile
 
-    time.sleep(1.0)  # long enough for another run to write numbers meanwhile
+
+@dg.asset(deps=[pause])
+def slow_total(numbers: list[int]) -> int:
     return sum(numbers)
 
 
@@ -172,7 +174,7 @@ def test_a_run_reads_its_own_upstream_value_while_another_run_writes_the_same_as
         def these() -> list[int]:
             return values
 
-        result = dg.materialize([these, slow_total], instance=instance, resources=_io(postgres))
+        result = dg.materialize([these, pause, slow_total], instance=instance, resources=_io(postgres))
         assert result.success
         return result.output_for_node("slow_total")
 
@@ -212,7 +214,7 @@ def _io(postgres: PostgresResource) -> dict:
 def _numbers_job() -> dg.JobDefinition:
     """numbers -> slow_total on this module's schemas, rebuilt by Dagster for a re-execution."""
     postgres = PostgresResource(dsn=os.environ["T_IO_DSN"], schema_prefix=PREFIX)
-    return dg.Definitions(assets=[numbers, slow_total], jobs=[dg.define_asset_job("numbers_job")],
+    return dg.Definitions(assets=[numbers, pause, slow_total], jobs=[dg.define_asset_job("numbers_job")],
                           resources=_io(postgres)).resolve_job_def("numbers_job")
 
 

@@ -171,6 +171,20 @@ def test_graphql_shows_the_latest_eval_run_metadata(webserver):
     assert "| mmr | conceptual |" in entries["by_kind"]["mdStr"]
 
 
+def test_passing_runs_show_their_checks_passed_and_no_partition_reads_skipped(webserver):
+    """The partitions that ran (hash, minilm) show every check succeeded; bge-small, never requested, shows nothing."""
+    data = _graphql(webserver[0], """{ assetNodes(assetKeys: [{path: ["fixture", "eval_run"]}, {path: ["fixture", "chunk_index"]}]) {
+        assetKey { path } assetChecksOrError { ... on AssetChecks { checks { name partitionStatuses {
+          ... on AssetCheckDefaultPartitionStatuses { succeededPartitions failedPartitions skippedPartitions executionFailedPartitions }
+        } } } } } }""")
+    statuses = {(n["assetKey"]["path"][-1], c["name"]): c["partitionStatuses"]
+                for n in data["assetNodes"] for c in n["assetChecksOrError"]["checks"]}
+    assert set(statuses) == {("eval_run", "quality_floors"), ("eval_run", "no_regression"), ("chunk_index", "index_consistent")}
+    for check, status in statuses.items():
+        assert sorted(status["succeededPartitions"]) == ["hash", "minilm"], check
+        assert status["failedPartitions"] == status["skippedPartitions"] == status["executionFailedPartitions"] == [], check
+
+
 def test_the_main_command_exits_non_zero_when_a_blocking_check_fails(webserver):
     _, _, env = webserver
     failed = subprocess.run([str(BIN / "dg"), "launch", "--job", "evaluate_embedders", "--partition", "hash",
@@ -178,3 +192,4 @@ def test_the_main_command_exits_non_zero_when_a_blocking_check_fails(webserver):
                             cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
     assert failed.returncode != 0
     assert "quality_floors" in failed.stdout + failed.stderr
+
