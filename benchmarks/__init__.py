@@ -1,10 +1,5 @@
-"""Speed and external-benchmark scripts (not part of the library, not tests).
-
-guards/       scripts that guard figures the project publishes (bench_*, scale, cranfield)
-profiles/     profiles behind changes that were adopted
-calibration/  scripts that derive a constant of the library (support_floor)
-common        the helpers they share
-
-Run one from the project root: ``uv run python -m benchmarks.guards.bench_search``.
+"""Benchmark scripts (not part of the library, not tests): ``python -m benchmarks`` lists them and
+``python -m benchmarks NAME [options]`` runs one. guards/ hold the scripts behind the figures the project
+publishes, calibration/ the one that derives a library constant; ``common`` is what they share.
 Importing any of them does nothing; each has a ``main``.
 """

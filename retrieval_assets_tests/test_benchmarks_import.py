@@ -1,5 +1,5 @@
-"""Every benchmark script imports and has a callable ``main``, so a script broken by a change of
-the library fails here and not the next time someone runs it.
+"""Every benchmark script imports and has a callable ``main``, and ``python -m benchmarks`` lists and runs
+them by name, so a script broken by a change of the library fails here and not the next time someone runs it.
 
 The modules are found by walking benchmarks/ (a new script is covered without editing this
 file); importing one must do no work (the scripts run under ``if __name__ == "__main__":``).
@@ -9,12 +9,15 @@ from __future__ import annotations
 
 import importlib
 import pkgutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-HELPERS = {"benchmarks.common"}  # shared helpers, not scripts
+HELPERS = {"benchmarks.common", "benchmarks.__main__"}  # the shared helpers and the entry point, not scripts
+KEPT = {"bench_search", "bench_text", "bench_embed", "bench_index", "bench_bm25", "scale", "cranfield", "quality", "support_floor"}
 
 
 def _modules() -> list[tuple[str, bool]]:
@@ -25,13 +28,18 @@ def _modules() -> list[tuple[str, bool]]:
 
 
 MODULES = _modules()
+SCRIPTS = {name.rsplit(".", 1)[1] for name, is_package in MODULES if not is_package and name not in HELPERS}
+
+
+def _benchmarks(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "benchmarks", *args], cwd=ROOT, capture_output=True, text=True, timeout=120)
 
 
 def test_walk_finds_the_scripts():
     names = {name for name, _ in MODULES}
-    # one script of each folder: a walk that silently finds nothing would pass every test below
-    assert {"benchmarks.common", "benchmarks.guards.bench_search", "benchmarks.profiles.profile_index",
-            "benchmarks.calibration.support_floor"} <= names
+    # the scripts behind the published figures: a walk that silently finds nothing would pass every test below
+    assert {"benchmarks.common", "benchmarks.guards.bench_search", "benchmarks.calibration.support_floor"} <= names
+    assert KEPT <= SCRIPTS
     # every .py file under benchmarks/ is a module of the walk (no folder without __init__.py)
     files = {".".join(p.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__")
              for p in (ROOT / "benchmarks").rglob("*.py")}
@@ -44,3 +52,27 @@ def test_benchmark_module_imports(name, is_package):
     if is_package or name in HELPERS:
         return
     assert callable(getattr(module, "main", None)), f"{name} has no callable main()"
+
+
+def test_python_m_benchmarks_lists_every_script():
+    done = _benchmarks()
+    assert done.returncode == 0, done.stderr
+    listed = {line.split()[0] for line in done.stdout.splitlines() if line.startswith("  ")}
+    assert listed == SCRIPTS
+    for line in done.stdout.splitlines():  # each with its one-line description
+        if line.startswith("  "):
+            assert len(line.split(maxsplit=1)) == 2, line
+
+
+def test_python_m_benchmarks_runs_a_script_by_name():
+    done = _benchmarks("support_floor", "--help")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("usage: python -m benchmarks support_floor")
+
+
+def test_an_unknown_benchmark_is_one_line_and_exit_2():
+    done = _benchmarks("no_such_benchmark", "--repeats", "1")
+    assert done.returncode == 2
+    assert done.stdout == ""
+    lines = done.stderr.splitlines()
+    assert len(lines) == 1 and "unknown benchmark 'no_such_benchmark'" in lines[0] and "bench_search" in lines[0]

@@ -1,6 +1,6 @@
 """Calibrate answer.SUPPORT_FLOOR: the top LexicalReranker (BM25) score of each question's sources.
 
-Run: uv run python -m benchmarks.calibration.support_floor [--dsn DSN] [--schema bench_support_floor_hash] [--top-k 5]
+Run: uv run python -m benchmarks support_floor [--dsn DSN] [--schema bench_support_floor_hash] [--top-k 5]
      [--corpus DIR --schema SCHEMA [--off-corpus FILE]]   # your own corpus: pass the floor it suggests as
                                                           # `answer --floor` or the answers asset's support_floor
 
@@ -17,7 +17,6 @@ the current answer.SUPPORT_FLOOR beside it and how many questions of each set cl
 
 from __future__ import annotations
 
-import argparse
 import math
 import statistics
 from pathlib import Path
@@ -25,10 +24,9 @@ from pathlib import Path
 import yaml
 
 from benchmarks import common
-from retrieval_assets import pg
 from retrieval_assets.answers import answer
 from retrieval_assets.corpus import golden
-from retrieval_assets.index import chunker, store
+from retrieval_assets.index import chunker
 from retrieval_assets.search import pipeline
 from retrieval_assets.index.embed import HashEmbedder
 from retrieval_assets.params import RetrievalParams
@@ -40,9 +38,7 @@ def top_score(conn, retriever: pipeline.Retriever, query: str, params: Retrieval
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--dsn", default=None, help="Postgres DSN (default: $RETRIEVAL_DSN, else the embedded server)")
-    parser.add_argument("--schema", default=common.bench_schema("support_floor"))
+    parser = common.parser(__doc__, schema=common.bench_schema("support_floor"))
     parser.add_argument("--top-k", type=int, default=answer.SOURCES.k)
     parser.add_argument("--corpus", type=Path, default=common.CORPUS,
                         help="corpus folder with golden.yaml (default: the fixture corpus); use a --schema of its own")
@@ -61,10 +57,8 @@ def main(argv: list[str] | None = None) -> int:
     embedder = HashEmbedder(256)
     params = answer.SOURCES.with_(k=args.top_k)
 
-    with pg.connect(args.dsn) as conn:
-        common.print_machine({**common.postgres_versions(conn), "schema": schema})
-        store.create(conn, schema, embedder.dims)
-        store.sync(conn, schema, [c for d in documents for c in chunker.chunk(d)], embedder)
+    with common.connect(args.dsn, schema) as conn:
+        common.index(conn, schema, [c for d in documents for c in chunker.chunk(d)], embedder)
         retriever = pipeline.retriever(conn, schema, embedder, params)
         off = [(q, top_score(conn, retriever, q, params)) for q in off_corpus]
         gold = [(q, top_score(conn, retriever, q.query, params)) for q in queries]

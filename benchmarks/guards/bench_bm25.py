@@ -1,22 +1,21 @@
 """BM25 inside Postgres: what keeping the statistics costs sync, and how fast the query is.
 
-Run: uv run python -m benchmarks.guards.bench_bm25 [--repeats 5] [--scale-schema bench_scale_100000_hash]
+Run: uv run python -m benchmarks bench_bm25 [--repeats 5] [--skip-cranfield] [--scale-schema bench_scale_100000_hash]
 Targets (issue 11): statistics cost sync at most 30% extra time; BM25 query p50 under 10 ms on
 Cranfield and under 50 ms at 100k chunks. Prints figures only; never asserts.
 
 Sync overhead: the fixture corpus and Cranfield are synced into a fresh table of the scratch
 schema ``bench_bm25_hash`` (common.bench_schema), alternately with the postings maintenance on
 and off (bm25.add_terms / bm25.drop_terms, which store calls, replaced by no-ops), median of the
-repeats. Query latency: every query once to warm up, then p50/p95 over all of them, warm
-connection, for bm25_rank.bm25_search and for the seed's ts_rank.text_search (ts_rank_cd).
+repeats. Query latency: every query once to warm up, then p50/p95 over all of them (``common.per_query``),
+warm connection, for bm25_rank.bm25_search and for the seed's ts_rank.text_search (ts_rank_cd).
 Lookup cost: a posting read by range scan against a primary-key lookup, and on the scale schema
-(kept by ``python -m benchmarks.guards.scale --sizes 100000 --keep``) bm25_search latency for
+(kept by ``python -m benchmarks scale --sizes 100000 --keep``) bm25_search latency for
 several bm25_rank.LOOKUP_COST values.
 """
 
 from __future__ import annotations
 
-import argparse
 import random
 import statistics
 import time
@@ -48,9 +47,7 @@ def sync_seconds(conn, schema, chunks, embedder, enabled: bool) -> float:
     store.drop(conn, schema)
     store.create(conn, schema, embedder.dims)
     with postings(enabled):
-        start = time.perf_counter()
-        store.sync(conn, schema, chunks, embedder)
-        return time.perf_counter() - start
+        return common.timed(lambda: store.sync(conn, schema, chunks, embedder))[0]
 
 
 def overhead(name: str, conn, schema, chunks, repeats: int) -> None:
@@ -69,15 +66,8 @@ KINDS = (("bm25_search", bm25_rank.bm25_search), ("text_search (ts_rank_cd)", ts
 
 def latency(name: str, conn, schema, queries: list[str], kinds=KINDS) -> None:
     for label, search in kinds:
-        for q in queries:
-            search(conn, schema, q, 50)
-        ms = []
-        for q in queries:
-            start = time.perf_counter()
-            search(conn, schema, q, 50)
-            ms.append(1000 * (time.perf_counter() - start))
-        ms.sort()
-        print(f"{name}: {label} over {len(ms)} queries: p50 {ms[len(ms) // 2]:.1f} ms, p95 {ms[int(0.95 * len(ms))]:.1f} ms")
+        samples = common.per_query(lambda q, search=search: search(conn, schema, q, 50), queries, 1)
+        print(f"{name}: {label:<24} {common.summary_ms(samples)}")
 
 
 def lookup_cost(name: str, conn, schema) -> None:
@@ -105,13 +95,9 @@ def lookup_cost(name: str, conn, schema) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--repeats", type=int, default=5)
-    parser.add_argument("--schema", default=common.bench_schema("bm25"), help="scratch schema for the fixture and Cranfield")
-    parser.add_argument("--scale-schema", default=common.scale_schema(100_000),
-                        help="an indexed schema of benchmarks.guards.scale --keep, if present")
+    parser = common.parser(__doc__, repeats=5, schema=common.bench_schema("bm25"))
+    parser.add_argument("--scale-schema", default=common.scale_schema(100_000), help="an indexed schema of scale --keep, if present")
     parser.add_argument("--skip-cranfield", action="store_true")
-    parser.add_argument("--dsn", default=None)
     args = parser.parse_args(argv)
     schema = args.schema
     common.print_machine({"schema": schema})
@@ -140,7 +126,7 @@ def main(argv: list[str] | None = None) -> int:
     with pg.connect(args.dsn) as conn:
         dims = tables.table_dims(conn, scale)
         if dims is None:
-            print(f"scale: schema {scale} has no chunk table; run `python -m benchmarks.guards.scale --sizes 100000 --keep` first")
+            print(f"scale: schema {scale} has no chunk table; run `python -m benchmarks scale --sizes 100000 --keep` first")
             common.print_load_end()
             return 0
         store.create(conn, scale, dims)  # backfills postings for a table that predates them

@@ -1,16 +1,15 @@
-"""HashEmbedder throughput on one core, against the implementation it replaced and a plain
-per-token reference: same run, same texts, runs interleaved.
+"""HashEmbedder throughput on one core, against the code it replaced and a plain per-token reference.
 
-Run: uv run python -m benchmarks.guards.bench_embed [--texts 5000] [--repeats 7] [--ref-repeats 3]
+Run: uv run python -m benchmarks bench_embed [--texts 5000] [--repeats 7] [--ref-repeats 3]
      [--batches 64,5000] [--only chunks|windows]
 Targets: the current embedder >= 2x the previous one (cold and warm) and >= 10x the reference;
 >= 3,000 chunks/s cold. Prints figures only; never asserts.
 
-Three embedders:
+Three embedders, timed in one run on the same texts, interleaved:
   current    retrieval_assets.index.embed.HashEmbedder: a process-wide token cache shared by every
              instance, numpy bookkeeping (issue 18)
   previous   PreviousHashEmbedder below, the code of ab757c6 verbatim: per-instance caches, one
-             Python step per token occurrence
+             Python step per token occurrence (test_embed compares the current one with it too)
   reference  reference_embed below: one blake2b per token, no cache, no vectorisation
 Two text sets, both cycled to --texts items:
   chunks   the fixture corpus chunks (chunker defaults; mean length is printed)
@@ -31,13 +30,10 @@ the functions.
 
 from __future__ import annotations
 
-import argparse
-import gc
 import hashlib
 import itertools
 import re
 import statistics
-import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
@@ -132,20 +128,6 @@ class PreviousHashEmbedder:
         return vectors
 
 
-def timed(fn: Callable[[], np.ndarray]) -> tuple[float, float, np.ndarray]:
-    """(wall seconds, process CPU seconds, output) of one call, after a garbage collection."""
-    gc.collect()
-    cpu, start = time.process_time(), time.perf_counter()
-    out = fn()
-    return time.perf_counter() - start, time.process_time() - cpu, out
-
-
-def batched(embedder, texts: list[str], batch: int) -> np.ndarray:
-    import numpy as np
-
-    return np.concatenate([embedder.embed(texts[i : i + batch]) for i in range(0, len(texts), batch)])
-
-
 def compare(name: str, got: np.ndarray, want: np.ndarray) -> str:
     import numpy as np
 
@@ -163,22 +145,22 @@ def variants(texts: list[str], distinct: list[str], batch: int) -> dict[str, tup
     from retrieval_assets.index.embed import HashEmbedder
 
     previous_warm = PreviousHashEmbedder(DIMS)
-    batched(previous_warm, texts, batch)
+    common.embed_batches(previous_warm, texts, batch)
 
     def nothing() -> None:
         pass
 
     def fill() -> None:  # a cold run before emptied the process-wide cache
         if embed.cache_size() == 0:
-            batched(HashEmbedder(DIMS), texts, batch)
+            common.embed_batches(HashEmbedder(DIMS), texts, batch)
 
     return {
-        "previous cold": (len(texts), nothing, lambda: batched(PreviousHashEmbedder(DIMS), texts, batch)),
-        "current cold": (len(texts), embed.clear_cache, lambda: batched(HashEmbedder(DIMS), texts, batch)),
-        "previous cold-distinct": (len(distinct), nothing, lambda: batched(PreviousHashEmbedder(DIMS), distinct, batch)),
-        "current cold-distinct": (len(distinct), embed.clear_cache, lambda: batched(HashEmbedder(DIMS), distinct, batch)),
-        "previous warm": (len(texts), nothing, lambda: batched(previous_warm, texts, batch)),
-        "current warm": (len(texts), fill, lambda: batched(HashEmbedder(DIMS), texts, batch)),
+        "previous cold": (len(texts), nothing, lambda: common.embed_batches(PreviousHashEmbedder(DIMS), texts, batch)),
+        "current cold": (len(texts), embed.clear_cache, lambda: common.embed_batches(HashEmbedder(DIMS), texts, batch)),
+        "previous cold-distinct": (len(distinct), nothing, lambda: common.embed_batches(PreviousHashEmbedder(DIMS), distinct, batch)),
+        "current cold-distinct": (len(distinct), embed.clear_cache, lambda: common.embed_batches(HashEmbedder(DIMS), distinct, batch)),
+        "previous warm": (len(texts), nothing, lambda: common.embed_batches(previous_warm, texts, batch)),
+        "current warm": (len(texts), fill, lambda: common.embed_batches(HashEmbedder(DIMS), texts, batch)),
     }
 
 
@@ -202,12 +184,12 @@ def bench(label: str, distinct: list[str], n_texts: int, repeats: int, ref_repea
         for repeat in range(repeats):  # interleaved: load that comes and goes hits every variant alike
             for name, (n, prepare, run) in runs.items():
                 prepare()
-                wall, cpu, out = timed(run)
+                wall, cpu, out = common.timed(run)
                 results[batch, name][0].append(n / wall)
                 results[batch, name][1].append(n / cpu)
                 outputs[batch, name] = out
             if batch == batches[0] and repeat < ref_repeats:
-                wall, cpu, ref_out = timed(lambda: np.stack([reference_embed(t) for t in texts]))
+                wall, cpu, ref_out = common.timed(lambda: np.stack([reference_embed(t) for t in texts]))
                 ref_wall.append(len(texts) / wall)
                 ref_cpu.append(len(texts) / cpu)
     embed.clear_cache()
@@ -247,9 +229,8 @@ def bench(label: str, distinct: list[str], n_texts: int, repeats: int, ref_repea
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = common.parser(__doc__, repeats=7, dsn=False)
     parser.add_argument("--texts", type=int, default=5000)
-    parser.add_argument("--repeats", type=int, default=7)
     parser.add_argument("--ref-repeats", type=int, default=3)
     parser.add_argument("--batches", default=",".join(map(str, BATCHES)), help="comma-separated batch sizes")
     parser.add_argument("--only", choices=("chunks", "windows"), default=None)

@@ -1,16 +1,22 @@
-"""Query latency on the indexed fixture corpus: hybrid.search, its two halves, the BM25+MMR
-pipeline (pipeline.run), and the whole golden-set evaluation.
+"""Query latency on the fixture: hybrid.search, pipeline.run, the evaluation, hostile queries, one-statement peers.
 
-Run: uv run python -m benchmarks.guards.bench_search [--repeats 5] [--schema bench_search_hash]
-Targets: hybrid.search p50 < 10 ms and p95 < 25 ms; pipeline.run (fused 50, BM25, MMR) p50 < 25 ms;
-evaluate.evaluate_pipelines over the 48 golden queries (k=10, n=50) < 3 s.
+Covers hybrid.search and its two halves, the seed's and the default pipelines (pipeline.run), the whole
+golden-set evaluation, a 10,000-character query, and the first stage against one-statement RRF peers.
+
+Run: uv run python -m benchmarks bench_search [--repeats 5] [--schema bench_search_hash] [--against COMMIT]
+Targets: hybrid.search p50 < 10 ms and p95 < 25 ms; pipeline.run (fused 50; the seed's BM25 rerank and MMR,
+or the default's BM25 list, z-score fusion and corpus-idf rerank) p50 < 25 ms;
+evaluate.evaluate_pipelines over the 48 golden queries (k=10, n=50) < 3 s; a 10,000-character query
+('retrieval ' * 1000, and 10,000 distinct characters) answered or refused within 1 s (issue 17).
 Prints figures only; never asserts. Indexes the corpus with the hash partition's embedder
 (HashEmbedder(256)) into its own schema (default ``bench_search_hash``, common.bench_schema;
 store.sync, so a re-run changes nothing), then times every golden query --repeats times on one
 warm connection (one untimed warm-up pass first; the embedder instance is shared, so its token
 cache is warm, except where a row says otherwise). The vector_search row includes embedding
 the query (vector_search takes a vector; hybrid.search and pipeline.run embed it themselves).
-Percentiles interpolate linearly between closest ranks over all repeats x 48 queries.
+Percentiles interpolate linearly between closest ranks over all repeats x 48 queries. The hostile queries
+run through the default pipeline with either lexical list, --repeats times each, no warm-up (a first call
+counts too); a refusal is a ``SearchTimeout``.
 
 Peer comparison (issue 18): ``hybrid.first_stage`` and ``hybrid.search`` against ``PEER``, one
 SQL statement in the style of pgvector-python's examples/hybrid_search/rrf.py (written here):
@@ -34,28 +40,19 @@ The first stage is also timed against itself with everything on the connection (
 ``ts_rank_cd`` the graph search runs on ``pg.partner`` meanwhile (``dense._BESIDE``); with BM25 both sides run
 the same code, a control of the pairing (about 1.00x).
 ``--against COMMIT`` also times this tree's first stage pairwise against that commit's (its
-hybrid.py, bm25.py and tsquery.py, from ``git show``, beside this tree's other modules) after checking that
-both return the same lists for every query.
+hybrid, bm25 and tsquery from ``git show``, ``modules_at``, beside this tree's other modules) after checking
+that both return the same lists for every query.
 """
 
 from __future__ import annotations
 
-import argparse
-import gc
-import importlib.util
-import statistics
-import subprocess
-import sys
-import tempfile
 import time
-from pathlib import Path
 
 from psycopg import sql
 
 from benchmarks import common
-from retrieval_assets import pg
 from retrieval_assets.evaluation import evaluate
-from retrieval_assets.index import store, tables
+from retrieval_assets.index import tables
 from retrieval_assets.search import dense, fusion, hybrid, pipeline, rerank, ts_rank, tsquery
 from retrieval_assets.index.embed import HashEmbedder
 from retrieval_assets.params import DEFAULT, RetrievalParams
@@ -110,94 +107,29 @@ def peer(conn, schema: str, vector, text: str, params: RetrievalParams = PARAMS,
                         {"q": vector, "text": text, "n": params.n, "k": params.rrf_k, "top": params.k}).fetchall()
 
 
-def pairwise(ours, theirs, queries, repeats: int) -> tuple[list[float], list[float]]:
-    """Seconds per call of ``ours`` and ``theirs``, each query timed back to back, the order alternating."""
-    for q in queries:  # warm-up, untimed
-        ours(q), theirs(q)
-    a, b = [], []
-    gc.collect()
-    gc.disable()
-    try:
-        for r in range(repeats):
-            for i, q in enumerate(queries):
-                for fn, out in ((ours, a), (theirs, b)) if (r + i) % 2 == 0 else ((theirs, b), (ours, a)):
-                    start = time.perf_counter()
-                    fn(q)
-                    out.append(time.perf_counter() - start)
-    finally:
-        gc.enable()
-    return a, b
-
-
 def modules_at(commit: str, names=("tsquery", "bm25", "hybrid")) -> dict:
-    """``retrieval_assets.<name>`` as it was at ``commit``, loaded under another name; the older
-    bm25 and hybrid import the older tsquery (the query parsing is part of what is timed), and the
-    older hybrid is given the older bm25_search."""
-    loaded, folder = {}, Path(tempfile.mkdtemp(prefix="bench-search-"))
-    current = sys.modules["retrieval_assets.search.tsquery"]
-    try:
-        for name in names:
-            path = folder / f"{name}.py"
-            path.write_text(subprocess.run(["git", "show", f"{commit}:retrieval_assets/{name}.py"], check=True,
-                                           capture_output=True, text=True).stdout)
-            spec = importlib.util.spec_from_file_location(f"at_{commit}_{name}", path)
-            loaded[name] = importlib.util.module_from_spec(spec)
-            spec.loader.exec_module(loaded[name])
-            if name == "tsquery":  # what ``from retrieval_assets.search.tsquery import ...`` finds while the others load
-                sys.modules["retrieval_assets.search.tsquery"] = loaded[name]
-    finally:
-        sys.modules["retrieval_assets.search.tsquery"] = current
-    loaded["hybrid"].LEXICAL["bm25"] = loaded["bm25"].bm25_search
-    return loaded
-
-
-def compare(label: str, ours: list[float], theirs: list[float], peer_label: str = "peer (one SQL statement, RRF in SQL)",
-            ratio: str = "ours/peer", target: float | None = 0.8) -> None:
-    """Both summaries and the ratio ours/theirs at p50, p95 and per query (median), against ``target``."""
-    per_query_ratio = statistics.median(x / y for x, y in zip(ours, theirs))
-    p50 = common.pct(ours, 50) / common.pct(theirs, 50)
-    p95 = common.pct(ours, 95) / common.pct(theirs, 95)
-    print(f"{label:<46} {common.summary_ms(ours)}")
-    print(f"{'  ' + peer_label:<46} {common.summary_ms(theirs)}")
-    verdict = f"  [<= {target}x: {common.verdict(p50 <= target)}]" if target else ""
-    print(f"{'  ratio ' + ratio:<46} p50 {p50:.2f}x  p95 {p95:.2f}x  per-query median {per_query_ratio:.2f}x{verdict}")
-
-
-def per_query(fn, queries, repeats: int) -> list[float]:
-    for q in queries:  # warm-up, untimed
-        fn(q)
-    samples = []
-    gc.collect()
-    gc.disable()
-    try:
-        for _ in range(repeats):
-            for q in queries:
-                start = time.perf_counter()
-                fn(q)
-                samples.append(time.perf_counter() - start)
-    finally:
-        gc.enable()
-    return samples
+    """tsquery, bm25 and hybrid as they were at ``commit`` (``common.modules_at``). Each file is found at this
+    tree's path (``retrieval_assets/search/hybrid.py``, ``retrieval_assets/index/bm25.py``), else at the flat
+    layout's from before the subpackages (``retrieval_assets/hybrid.py``, e.g. at a9c2757), else as the one file
+    of that name under retrieval_assets/ at the commit. The older bm25 and hybrid import the older tsquery (the
+    query parsing is part of what is timed), and the older hybrid the older bm25_search. Loaded beside this
+    tree's modules, which stay as they are."""
+    return common.modules_at(commit, names)
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--repeats", type=int, default=5)
-    parser.add_argument("--schema", default=common.bench_schema("search"))
-    parser.add_argument("--dsn", default=None)
+    parser = common.parser(__doc__, repeats=5, schema=common.bench_schema("search"))
     parser.add_argument("--against", metavar="COMMIT", default=None, help="also time the first stage of COMMIT, pairwise")
     args = parser.parse_args(argv)
     schema = args.schema
 
-    documents, chunks, golden = common.fixture()
+    _, chunks, golden = common.fixture()
     queries = [q.query for q in golden]
-    conn = pg.connect(args.dsn)
-    common.print_machine({**common.postgres_versions(conn), "server": pg.mask_dsn(pg.resolve_dsn(args.dsn)), "schema": schema})
-
-    embedder, reranker = HashEmbedder(DIMS), rerank.LexicalReranker()
-    retriever = pipeline.Retriever(schema, embedder, reranker)
-    store.create(conn, schema, DIMS)
-    report = store.sync(conn, schema, chunks, embedder)
+    conn = common.connect(args.dsn, schema)
+    embedder = HashEmbedder(DIMS)
+    report = common.index(conn, schema, chunks, embedder)
+    default = DEFAULT.with_(k=10, n=50)  # the default pipeline: the BM25 list, z-score fusion, the corpus-idf rerank
+    retriever, default_retriever = (pipeline.retriever(conn, schema, embedder, p) for p in (PARAMS, default))
     # the peers read the chunk rows as the seed's schema has them, with its GIN index on chunks.tsv (ours
     # moved to the narrow fulltext copy; without it the peers would scan every row)
     conn.execute(statement(schema, "CREATE INDEX IF NOT EXISTS peer_chunks_tsv_gin ON {chunks} USING gin (tsv)"))
@@ -207,8 +139,9 @@ def main(argv: list[str] | None = None) -> int:
           f"warm connection; {PARAMS}")
 
     search_label = f"hybrid.search n={PARAMS.n} k={PARAMS.k}"
-    pipeline_label = f"pipeline.run (BM25 + MMR) n={PARAMS.n} k={PARAMS.k}"
-    cold_label = "pipeline.run, new HashEmbedder() per call"
+    pipeline_label = f"pipeline.run, seed (BM25 rerank + MMR) n={PARAMS.n}"
+    default_label = f"pipeline.run, default n={default.n}"
+    cold_label = "pipeline.run, seed, new HashEmbedder() per call"
     rows = {
         "round trip (SELECT 1)": lambda q: conn.execute("SELECT 1").fetchone(),
         "HashEmbedder.embed([query]) (warm cache)": lambda q: embedder.embed([q]),
@@ -217,12 +150,13 @@ def main(argv: list[str] | None = None) -> int:
         "  of which tsquery.parse_query": lambda q: tsquery.parse_query(conn, q),
         search_label: lambda q: hybrid.search(conn, schema, embedder, q, PARAMS),
         pipeline_label: lambda q: pipeline.run(conn, retriever, q, PARAMS).final,
-        cold_label: lambda q: pipeline.run(conn, pipeline.Retriever(schema, HashEmbedder(DIMS), reranker), q, PARAMS).final,
+        default_label: lambda q: pipeline.run(conn, default_retriever, q, default).final,
+        cold_label: lambda q: pipeline.run(conn, pipeline.Retriever(schema, HashEmbedder(DIMS), retriever.reranker), q, PARAMS).final,
     }
-    targets = {search_label: (10, 25), pipeline_label: (25, None), cold_label: (25, None)}
+    targets = {search_label: (10, 25), pipeline_label: (25, None), default_label: (25, None), cold_label: (25, None)}
     print()
     for label, fn in rows.items():
-        samples = per_query(fn, queries, args.repeats)
+        samples = common.per_query(fn, queries, args.repeats)
         note = ""
         if label in targets:
             p50_t, p95_t = targets[label]
@@ -230,6 +164,25 @@ def main(argv: list[str] | None = None) -> int:
             note = f"  [p50 < {p50_t} ms: {common.verdict(common.pct(ms, 50) < p50_t)}"
             note += f"; p95 < {p95_t} ms: {common.verdict(common.pct(ms, 95) < p95_t)}]" if p95_t else "]"
         print(f"{label:<46} {common.summary_ms(samples)}{note}")
+
+    # hostile queries (issue 17): answered or refused within 1 s
+    hostile = {"'retrieval ' * 1000": "retrieval " * 1000, "10,000 distinct characters": "".join(chr(0x4E00 + i) for i in range(10_000))}
+    for params in (default, default.with_(lexical="ts_rank_cd")):
+        hostile_retriever = pipeline.retriever(conn, schema, embedder, params)
+        for label, query in hostile.items():
+            seconds, outcome = [], "answered"
+            for _ in range(args.repeats):
+                start = time.perf_counter()
+                try:
+                    pipeline.run(conn, hostile_retriever, query, params)
+                except pipeline.SearchTimeout:
+                    outcome = "refused (timeout)"
+                seconds.append(time.perf_counter() - start)
+            print(f"{f'pipeline.run ({params.lexical}), {label}':<46} {common.summary_ms(seconds)}  {outcome}  "
+                  f"[< 1000 ms: {common.verdict(max(seconds) < 1)}]")
+
+    def pair(label, ours, theirs, *how):
+        common.compare(label, *common.pairwise(ours, theirs, queries, args.repeats), *how)
 
     # ours against the one-statement peer, pairwise
     vectors = {q: embedder.embed([q])[0] for q in queries}
@@ -242,34 +195,29 @@ def main(argv: list[str] | None = None) -> int:
         print(f"top {PARAMS.k} in common with hybrid.search, mean over the queries: {label} {sum(shared) / len(shared):.3f}")
     for template, label in ((PEER, "peer (one SQL statement, RRF in SQL)"), (PEER_OR, "peer, words ORed (our matches)"),
                             (PEER_OR_NARROW, "peer ORed, on our fulltext copy")):
-        compare(f"hybrid.first_stage ({PARAMS.lexical}) + fuse, top {PARAMS.k}", *pairwise(
-            lambda q: fusion.fuse(hybrid.first_stage(conn, schema, vectors[q], q, PARAMS), PARAMS)[: PARAMS.k],
-            lambda q, template=template: peer(conn, schema, vectors[q], q, template=template), queries, args.repeats), label)
-    compare(f"hybrid.first_stage ({PARAMS.lexical}) alone", *pairwise(
-        lambda q: hybrid.first_stage(conn, schema, vectors[q], q, PARAMS),
-        lambda q: peer(conn, schema, vectors[q], q), queries, args.repeats))
-    compare("hybrid.search (embeds), vs peer + embed", *pairwise(
-        lambda q: hybrid.search(conn, schema, embedder, q, PARAMS),
-        lambda q: peer(conn, schema, embedder.embed([q])[0], q), queries, args.repeats))
+        pair(f"hybrid.first_stage ({PARAMS.lexical}) + fuse, top {PARAMS.k}",
+             lambda q: fusion.fuse(hybrid.first_stage(conn, schema, vectors[q], q, PARAMS), PARAMS)[: PARAMS.k],
+             lambda q, template=template: peer(conn, schema, vectors[q], q, template=template), label)
+    pair(f"hybrid.first_stage ({PARAMS.lexical}) alone", lambda q: hybrid.first_stage(conn, schema, vectors[q], q, PARAMS),
+         lambda q: peer(conn, schema, vectors[q], q))
+    pair("hybrid.search (embeds), vs peer + embed", lambda q: hybrid.search(conn, schema, embedder, q, PARAMS),
+         lambda q: peer(conn, schema, embedder.embed([q])[0], q))
     for template, label in ((PEER, "peer + embed on the seed's table (vector in TOAST)"),
                             (PEER_OR, "peer ORed + embed on the seed's table")):
-        compare("hybrid.search (embeds), our layout", *pairwise(
-            lambda q: hybrid.search(conn, schema, embedder, q, PARAMS),
-            lambda q, template=template: peer(conn, schema, embedder.embed([q])[0], q, template=template, seed=True),
-            queries, args.repeats), label)
-    default = DEFAULT.with_(k=10, n=50)  # the default pipeline's first stage: the BM25 list, its fusion
+        pair("hybrid.search (embeds), our layout", lambda q: hybrid.search(conn, schema, embedder, q, PARAMS),
+             lambda q, template=template: peer(conn, schema, embedder.embed([q])[0], q, template=template, seed=True), label)
     for template, label in ((PEER, "peer (one SQL statement, RRF in SQL)"), (PEER_OR, "peer, words ORed (ts_rank_cd, not BM25)")):
-        compare(f"default: first_stage ({default.lexical}) + {default.fusion}", *pairwise(
-            lambda q: fusion.fuse(hybrid.first_stage(conn, schema, vectors[q], q, default), default)[: default.k],
-            lambda q, template=template: peer(conn, schema, vectors[q], q, template=template), queries, args.repeats), label)
+        pair(f"default: first_stage ({default.lexical}) + {default.fusion}",
+             lambda q: fusion.fuse(hybrid.first_stage(conn, schema, vectors[q], q, default), default)[: default.k],
+             lambda q, template=template: peer(conn, schema, vectors[q], q, template=template), label)
 
     # the graph search on pg.partner beside the text list (dense._BESIDE) against both lists on the connection
     print(f"\nthe graph search beside the lexical list, pairwise; load now {common.load_average()}")
     for params in (PARAMS, default):
-        compare(f"hybrid.first_stage ({params.lexical}), partner when it helps", *pairwise(
-            lambda q, p=params: hybrid.first_stage(conn, schema, vectors[q], q, p),
-            lambda q, p=params: hybrid.first_stage(conn, schema, vectors[q], q, p, partner=None), queries, args.repeats),
-            "both lists on the connection", "with/without", None)
+        pair(f"hybrid.first_stage ({params.lexical}), partner when it helps",
+             lambda q, p=params: hybrid.first_stage(conn, schema, vectors[q], q, p),
+             lambda q, p=params: hybrid.first_stage(conn, schema, vectors[q], q, p, partner=None),
+             "both lists on the connection", "with/without", None)
 
     if args.against:
         older = modules_at(args.against)["hybrid"]
@@ -277,29 +225,20 @@ def main(argv: list[str] | None = None) -> int:
         for params in (PARAMS, default):
             same = all(older.first_stage(conn, schema, vectors[q], q, params) == hybrid.first_stage(conn, schema, vectors[q], q, params)
                        for q in queries)
-            compare(f"hybrid.first_stage ({params.lexical}), lists identical: {same}", *pairwise(
-                lambda q, p=params: hybrid.first_stage(conn, schema, vectors[q], q, p),
-                lambda q, p=params: older.first_stage(conn, schema, vectors[q], q, p), queries, args.repeats),
-                f"{args.against} (statement by statement)", f"this tree/{args.against}", None)
+            pair(f"hybrid.first_stage ({params.lexical}), lists identical: {same}",
+                 lambda q, p=params: hybrid.first_stage(conn, schema, vectors[q], q, p),
+                 lambda q, p=params: older.first_stage(conn, schema, vectors[q], q, p),
+                 f"{args.against} (statement by statement)", f"this tree/{args.against}", None)
 
     # the whole evaluation, as the eval_run asset runs it
-    walls, ev = [], None
     evaluate.evaluate_pipelines(conn, retriever, golden, PARAMS)  # warm-up
-    for _ in range(args.repeats):
-        gc.collect()
-        start = time.perf_counter()
-        ev = evaluate.evaluate_pipelines(conn, retriever, golden, PARAMS)
-        walls.append(time.perf_counter() - start)
-    cold = []
-    for _ in range(args.repeats):
-        gc.collect()
-        start = time.perf_counter()
-        evaluate.evaluate_pipelines(conn, pipeline.Retriever(schema, HashEmbedder(DIMS), rerank.LexicalReranker()), golden, PARAMS)
-        cold.append(time.perf_counter() - start)
-    print(f"\nevaluation.evaluate_pipelines, {len(golden)} queries, k={PARAMS.k} n={PARAMS.n}: best {min(walls):.3f} s, median "
-          f"{statistics.median(walls):.3f} s (runs: {', '.join(f'{w:.3f}' for w in walls)})  "
+    warm = [common.timed(lambda: evaluate.evaluate_pipelines(conn, retriever, golden, PARAMS)) for _ in range(args.repeats)]
+    fresh = pipeline.Retriever(schema, HashEmbedder(DIMS), rerank.LexicalReranker())
+    cold = [common.timed(lambda: evaluate.evaluate_pipelines(conn, fresh, golden, PARAMS))[0] for _ in range(args.repeats)]
+    walls, ev = [w for w, _, _ in warm], warm[-1][2]
+    print(f"\nevaluation.evaluate_pipelines, {len(golden)} queries, k={PARAMS.k} n={PARAMS.n}: {common.runs(walls)}  "
           f"[< 3 s: {common.verdict(min(walls) < 3)}]")
-    print(f"  with a new HashEmbedder + LexicalReranker per run: best {min(cold):.3f} s, median {statistics.median(cold):.3f} s")
+    print(f"  with a new HashEmbedder + LexicalReranker per run: {common.runs(cold)}")
     print(f"  its own per-query latency (last run): p50 {ev.latency_ms['p50']:.2f} ms, p95 {ev.latency_ms['p95']:.2f} ms")
     m = ev.metrics
     print(f"  sanity (quality, not speed): pool recall@{PARAMS.n} {ev.pool_recall:.3f}; MRR hybrid {m['hybrid'].mrr:.3f}, "

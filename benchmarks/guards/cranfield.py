@@ -2,9 +2,9 @@
 
 Run (from the project root; the data is read in place, never copied into the repository):
 
-    uv run python -m benchmarks.guards.cranfield                       # hash and minilm, ~5 min on 2 cores
-    uv run python -m benchmarks.guards.cranfield --embedders hash      # seconds
-    uv run python -m benchmarks.guards.cranfield --data /path/to/cranfield --out -
+    uv run python -m benchmarks cranfield                       # hash and minilm, ~5 min on 2 cores
+    uv run python -m benchmarks cranfield --embedders hash      # seconds
+    uv run python -m benchmarks cranfield --data /path/to/cranfield --out -
 
 Each embedder's chunk table lives in a scratch schema (``bench_cranfield_<embedder>``, the
 ``cranfield`` role of ``partitions.schema_name``, after ``--schema-prefix``) of the
@@ -19,15 +19,9 @@ Writes the table to benchmarks/results/cranfield.md (``--out``).
 
 from __future__ import annotations
 
-import argparse
 import datetime as dt
-import os
-import platform
 import sys
 import time
-from pathlib import Path
-
-import numpy as np
 
 from benchmarks import common
 from retrieval_assets import partitions, pg
@@ -38,40 +32,20 @@ from retrieval_assets.index.tables import statement
 
 DEFAULT_DATA = datasets.DEFAULT_CRANFIELD  # $CRANFIELD_DIR, else ../shared/benchmarks/cranfield
 DEFAULT_OUT = common.RESULTS / "cranfield.md"
-EXACT = "SELECT embedding <=> %(q)s FROM {chunks} ORDER BY embedding <=> %(q)s LIMIT 10"
 TOLERANCE = 1e-9
 
 
-def machine() -> str:
-    cpu = common.cpu_model()
-    usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    mem = ""
-    try:
-        kb = int(next(line.split()[1] for line in Path("/proc/meminfo").read_text().splitlines() if line.startswith("MemTotal")))
-        mem = f", {kb / 1024 / 1024:.0f} GiB RAM"
-    except (OSError, StopIteration, ValueError):
-        pass
-    return f"{cpu}, {os.cpu_count()} cores ({usable} usable){mem}, {platform.system()} {platform.release()}, Python {platform.python_version()}"
-
-
-def paired_difference(ours: benchmark.RankerScores, peer: benchmark.RankerScores, resamples: int = 10_000) -> tuple[float, float, float, int, int]:
-    """nDCG@k of ``ours`` minus the peer's, paired by query: (mean, 95% bootstrap low, high, wins, losses)."""
+def paired_difference(ours: benchmark.RankerScores, peer: benchmark.RankerScores) -> tuple[float, float, float, int, int]:
+    """nDCG@k of ``ours`` minus the peer's, paired by query (``common.paired_difference``)."""
     qids = sorted(ours.per_query)
-    diff = np.array([ours.per_query[q][0] - peer.per_query[q][0] for q in qids])
-    rng = np.random.default_rng(0)
-    means = diff[rng.integers(0, len(diff), size=(resamples, len(diff)))].mean(axis=1)
-    return float(diff.mean()), float(np.quantile(means, 0.025)), float(np.quantile(means, 0.975)), int((diff > 0).sum()), int((diff < 0).sum())
+    return common.paired_difference([ours.per_query[q][0] for q in qids], [peer.per_query[q][0] for q in qids])
 
 
 def hnsw_recall(conn, schema: str, embedder, queries: list[str], efs=(40, 50, 100)) -> dict[int, float]:
     """recall@10 of the HNSW index (forced) against exact search, per ef_search; a hit is within the exact 10th distance."""
     vectors = embedder.embed(queries)
-    search = statement(schema, EXACT)
-    exact = []
-    for v in vectors:
-        with conn.transaction():
-            conn.execute("SET LOCAL enable_indexscan = off")
-            exact.append(conn.execute(search, {"q": v}).fetchall()[-1][0])
+    search = statement(schema, common.NEAREST)
+    exact = [common.exact_nearest(conn, schema, v)[-1][1] for v in vectors]
     out = {}
     for ef in efs:
         total = 0.0
@@ -79,14 +53,14 @@ def hnsw_recall(conn, schema: str, embedder, queries: list[str], efs=(40, 50, 10
             with conn.transaction():
                 conn.execute("SET LOCAL enable_seqscan = off")
                 conn.execute("SELECT set_config('hnsw.ef_search', %s, true)", (str(ef),))
-                got = conn.execute(search, {"q": v}).fetchall()
-            total += sum(1 for (d,) in got if d <= kth + 1e-6) / 10
+                got = conn.execute(search, {"q": v, "k": 10}, prepare=False).fetchall()  # planned under these settings
+            total += sum(1 for _, d in got if d <= kth + 1e-6) / 10
         out[ef] = total / len(vectors)
     return out
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = common.parser(__doc__)
     parser.add_argument("--data", default=str(DEFAULT_DATA), help=f"Cranfield folder (default {DEFAULT_DATA})")
     parser.add_argument("--embedders", nargs="+", default=["hash", "minilm"])
     parser.add_argument("--k", type=int, default=10, help="nDCG cut-off")
@@ -98,7 +72,6 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--strip-title", action="store_true", help="drop the abstract's repeat of the title (the text is "
                         "otherwise as distributed, what standard baselines index)")
     parser.add_argument("--fresh", action="store_true", help="drop each scratch table first (re-embeds everything)")
-    parser.add_argument("--dsn", default=None, help="Postgres DSN (default: $RETRIEVAL_DSN, else the embedded server)")
     parser.add_argument("--out", default=str(DEFAULT_OUT), help="Markdown report path ('-': print only)")
     args = parser.parse_args(argv)
     log = lambda msg: print(msg, file=sys.stderr, flush=True)  # noqa: E731
@@ -166,12 +139,12 @@ def main(argv: list[str] | None = None) -> int:
     mean, lo, hi, wins, losses = paired_difference(best[1], peer_row)
     verdict = ("beats the peer" if lo > 0 else "does NOT beat the peer" if hi < 0
                else "is level with the peer: the interval straddles zero")
-    command = ("uv run python -m benchmarks.guards.cranfield" + (f" --embedders {' '.join(args.embedders)}" if args.embedders != ["hash", "minilm"] else "")
+    command = ("uv run python -m benchmarks cranfield" + (f" --embedders {' '.join(args.embedders)}" if args.embedders != ["hash", "minilm"] else "")
                + (" --strip-title" if args.strip_title else ""))
     text = "\n".join([
         "# Cranfield 1400: our pipelines against a BM25 peer",
         "",
-        f"Measured {dt.datetime.now(dt.timezone.utc):%Y-%m-%d %H:%M} UTC on {machine()}; "
+        f"Measured {dt.datetime.now(dt.timezone.utc):%Y-%m-%d %H:%M} UTC on {common.host_line()}; "
         f"total run {time.perf_counter() - started:.0f} s; code {common.code_version()}.",
         f"Reproduce: `{command}` (data read in place from `../shared/benchmarks/cranfield`; `--data` for another folder).",
         "",
@@ -204,12 +177,7 @@ def main(argv: list[str] | None = None) -> int:
         *[f"- {n}" for n in notes],
         "",
     ])
-    print(text)
-    if args.out != "-":
-        out = Path(args.out)
-        out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(text)
-        log(f"wrote {out}")
+    common.write_report(text, args.out)
     return 0 if worst <= TOLERANCE else 1
 
 

