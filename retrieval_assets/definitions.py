@@ -6,14 +6,9 @@ project layout, ``[tool.dg]`` in pyproject.toml).
 
 import atexit
 import gc
-import warnings
 from pathlib import Path
 
 import dagster as dg
-
-# The checks of chunk_index and eval_run are evaluated per partition (AssetCheckSpec.partitions_def),
-# which Dagster 1.13 marks as a preview; we rely on it knowingly and keep the console quiet.
-warnings.filterwarnings("ignore", message=".*partitions_def on an AssetCheckSpec", category=dg.PreviewWarning)
 
 # A process that loaded these definitions (dg launch, dagster asset materialize, a code server) spends
 # about 1 s of its exit in the interpreter's final garbage collections, walking and freeing every object

@@ -5,7 +5,7 @@ a scratch schema ``bench_cranfield_<embedder>`` (after the resource's prefix), t
 vector, the lexical list, hybrid (RRF), + BM25 rerank and + MMR, for each lexical list of
 ``hybrid.LEXICAL`` (ts_rank_cd, BM25 inside Postgres), beside a bm25s peer computed in the same
 run, and records the table as metadata. The logic is ``retrieval_assets.corpus.datasets``; this
-module only wires it. Not part of the nightly ``evaluate_embedders`` job (group ``retrieval``).
+module only wires it. Not part of any corpus's ``evaluate_embedders`` job (it has no corpus: group ``benchmark``).
 """
 
 import time
