@@ -9,6 +9,7 @@ import re
 import subprocess
 import sys
 from pathlib import Path
+from unittest import mock
 
 from retrieval_assets.defs import dagster_home
 
@@ -71,17 +72,19 @@ def test_every_library_module_is_at_most_300_lines():
 
 def test_dg_in_the_project_root_reads_the_root_dagster_yaml(tmp_path, monkeypatch):
     # the hook itself: the root, only from the root, never over the user's own DAGSTER_HOME
-    monkeypatch.delenv("DAGSTER_HOME", raising=False)
-    monkeypatch.chdir(ROOT)
-    dagster_home.point_at_root()
-    assert os.environ["DAGSTER_HOME"] == str(ROOT) and Path(dagster_home.ROOT) == ROOT
-    monkeypatch.setenv("DAGSTER_HOME", str(tmp_path))
-    dagster_home.point_at_root()
-    assert os.environ["DAGSTER_HOME"] == str(tmp_path)
-    monkeypatch.delenv("DAGSTER_HOME")
-    monkeypatch.chdir(tmp_path)
-    dagster_home.point_at_root()
-    assert "DAGSTER_HOME" not in os.environ
+    # (patch.dict puts the whole environment back: the hook writes os.environ itself)
+    with mock.patch.dict(os.environ):
+        os.environ.pop("DAGSTER_HOME", None)
+        monkeypatch.chdir(ROOT)
+        dagster_home.point_at_root()
+        assert os.environ["DAGSTER_HOME"] == str(ROOT) and Path(dagster_home.ROOT) == ROOT
+        os.environ["DAGSTER_HOME"] = str(tmp_path)
+        dagster_home.point_at_root()
+        assert os.environ["DAGSTER_HOME"] == str(tmp_path)
+        del os.environ["DAGSTER_HOME"]
+        monkeypatch.chdir(tmp_path)
+        dagster_home.point_at_root()
+        assert "DAGSTER_HOME" not in os.environ
     # installed: the package's .pth file runs it in a `dg` process (argv[0] is dg), in no other
     installed = Path(sys.prefix, "lib", f"python{sys.version_info.major}.{sys.version_info.minor}",
                      "site-packages", "retrieval_assets_dg.pth")
