@@ -191,6 +191,7 @@ def test_a_re_execution_reads_the_parent_runs_values(postgres, tmp_path, monkeyp
     monkeypatch.setenv("T_IO_DSN", postgres.dsn)
     home = tmp_path / "home"
     home.mkdir()
+    monkeypatch.setenv("DAGSTER_HOME", str(home))  # Dagster's own files (telemetry) there, not in the working tree
     job = dg.reconstructable(_numbers_job)
     with dg.DagsterInstance.local_temp(str(home)) as instance:
         with dg.execute_job(job, instance=instance) as parent:
@@ -250,6 +251,7 @@ def test_two_partitions_of_evaluate_embedders_in_parallel_on_the_multiprocess_ex
     run_config = {"execution": {"config": {"max_concurrent": 2}}}
     home = tmp_path / "dagster_home"  # a persistent instance, which the step processes open too
     home.mkdir()
+    monkeypatch.setenv("DAGSTER_HOME", str(home))  # Dagster's own files (telemetry) there, not in the working tree
     with dg.DagsterInstance.local_temp(str(home)) as instance:
 
         def launch(partition: str) -> tuple[str, bool]:
