@@ -6,35 +6,45 @@
 Run it with a Python that has Playwright (the system ``python3`` here, not the project's uv
 venv); it drives the Debian Chromium (``/usr/bin/chromium``) headless. It does, in order:
 
-1. starts ``uv run python -m retrieval_assets.ui dev`` (``dagster dev`` on this project's
+1. registers a throwaway second corpus, ``handbook`` (three short Markdown files and a golden set
+   of two queries in a temporary folder), with ``uv run python -m retrieval_assets corpus add``;
+2. starts ``uv run python -m retrieval_assets.ui dev`` (``dagster dev`` on this project's
    instance: runs and events in Postgres, the daemon included) on a free port in its own
-   process group, and waits for ``/server_info`` and the code location;
-2. tops up the history the trend plots need: while ``embedder_comparison`` has fewer than
-   ``--min-points`` materialisations carrying ``hash/ndcg@k`` (counting the one the tick will
-   add), it runs the README's main command ``uv run dg launch --job evaluate_embedders
-   --partition hash`` (at most twice);
-3. as a user would, clicks Automation > ``nightly_evaluation`` > "Preview tick result" (the
-   1.13 name of "Test schedule"), evaluates the schedule for its latest 03:00 UTC tick, checks
-   the run requests and clicks "Launch all & commit tick result"; the runs it launched (ids
-   from the runs page the UI opens) are polled over GraphQL until they finish (15 minutes at
-   most); any failed run stops the script before a screenshot is taken. ``eval_trend`` (group
-   ``reports``) is refreshed after them by the ``reports_after_evaluation`` sensor under the
-   daemon: the script waits until its latest materialisation is newer than ``eval_run``'s;
-4. screenshots, each checked to show what it is named after:
-   ``docs/asset-graph.png``      the ``retrieval`` group's lineage, detailed nodes, whole graph;
-   ``docs/eval-run.png``         ``eval_run``'s partition ``hash``: latest materialisation
-                                 and its metadata table (headline keys first);
-   ``docs/embedder-trend.png``   ``embedder_comparison``'s Plots view from ``hash/ndcg@k``
-                                 to ``minilm/ndcg@k``;
-   ``docs/eval-trend.png``       ``eval_trend``'s latest materialisation with its ``plot``
-                                 Markdown image open;
-5. stops the UI (SIGINT to its process group; SIGTERM, then SIGKILL if it lingers).
+   process group, and waits for ``/server_info`` and the code location (which loads both corpora);
+3. tops up the history the trend plots need: while ``fixture/embedder_comparison`` has fewer
+   than ``--min-points`` materialisations carrying ``hash/ndcg@k`` (counting the one the tick
+   will add), it runs the README's main command ``uv run dg launch --job evaluate_embedders
+   --partition hash`` (at most twice); then runs the second corpus's job once
+   (``uv run dg launch --job evaluate_embedders__handbook --partition hash``);
+4. as a user would, clicks Automation > ``nightly_evaluation`` (the fixture corpus's schedule) >
+   "Preview tick result" (the 1.13 name of "Test schedule"), evaluates the schedule for its
+   latest 03:00 UTC tick, checks the run requests and clicks "Launch all & commit tick result";
+   the runs it launched (ids from the runs page the UI opens) are polled over GraphQL until they
+   finish (15 minutes at most); any failed run stops the script before a screenshot is taken.
+   Each corpus's ``eval_trend`` (group ``<corpus>_reports``) is refreshed after its ``eval_run``
+   by its ``reports_after_evaluation`` sensor under the daemon: the script waits until the
+   latest materialisation of each is newer than its ``eval_run``'s;
+5. screenshots, each checked to show what it is named after:
+   ``docs/asset-graph.png``      the ``fixture`` group's lineage, detailed nodes, whole graph;
+   ``docs/eval-run.png``         ``fixture/eval_run``'s partition ``hash``: latest
+                                 materialisation and its metadata table (headline keys first);
+   ``docs/embedder-trend.png``   ``fixture/embedder_comparison``'s Plots view from
+                                 ``hash/ndcg@k`` to ``minilm/ndcg@k``;
+   ``docs/eval-trend.png``       ``fixture/eval_trend``'s latest materialisation with its
+                                 ``plot`` Markdown image open;
+   ``docs/corpora.png``          the global asset lineage, groups collapsed: the four groups of
+                                 each corpus (``fixture``, ``fixture_reports``, ... ``handbook_live``);
+6. removes the second corpus (also when a step failed): its runs (tag ``retrieval/corpus``) are
+   deleted and its assets wiped in the Dagster instance, then ``corpus remove handbook --yes``
+   drops its schemas, history rows and stored values; its reports and folder are deleted
+   (Dagster keeps only what its UI does not show: the wipe markers and the sensor's ticks);
+7. stops the UI (SIGINT to its process group; SIGTERM, then SIGKILL if it lingers).
 
 The UI log and the tick dialog's screenshots go to a temporary folder (printed at the end).
-Nothing in the repository changes besides the four PNGs: the runs write only under the
-git-ignored ``.retrieval/``, and the ``.nux/`` the webserver creates under DAGSTER_HOME (the
-root) when the community dialog is skipped is removed again. Options: ``--port``,
-``--min-points``, ``--timeout`` (``--help``).
+Nothing in the repository changes besides the five PNGs: the runs write only under the
+git-ignored ``.retrieval/``, and what the webserver creates under DAGSTER_HOME (the root), a
+``.nux/`` when the community dialog is skipped and empty ``logs/`` and ``.logs_queue/``, is
+removed again. Options: ``--port``, ``--min-points``, ``--timeout`` (``--help``).
 """
 
 from __future__ import annotations
@@ -62,13 +72,29 @@ from playwright.sync_api import Page, sync_playwright
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"
 CHROMIUM = "/usr/bin/chromium"
-# The webserver keeps "community dialog seen" in $DAGSTER_HOME/.nux (DAGSTER_HOME is the root):
-# the script removes what it created there, so that git status stays clean.
-NUX = ROOT / ".nux"
+# What dagster dev creates in $DAGSTER_HOME (the root): .nux/ ("community dialog seen", when the
+# dialog is skipped) and the telemetry folders logs/ and .logs_queue/ (empty, telemetry being off).
+# The script removes what it created there, so that git status and the tree stay as they were.
+DAGSTER_DIRS = (ROOT / ".nux", ROOT / "logs", ROOT / ".logs_queue")
 SCHEDULE = "nightly_evaluation"
 JOB = "evaluate_embedders"
-GROUP = "retrieval"
+CORPUS = GROUP = "fixture"  # the fixture corpus: its assets are keyed fixture/<name>, its evaluated chain is group fixture
 MAIN_COMMAND = ["uv", "run", "dg", "launch", "--job", JOB, "--partition", "hash"]
+# The throwaway second corpus of docs/corpora.png: registered for the run of the script, removed after it.
+SECOND = "handbook"
+SECOND_FILES = {
+    "onboarding.md": "# Onboarding\n\nA new engineer gets a laptop on the first day and pairs with a buddy for two\n"
+                     "weeks. The buddy reviews the first three pull requests.\n",
+    "deploys.md": "# Deploys\n\nWe deploy from the main branch once the checks pass. A deploy on a Friday\n"
+                  "afternoon needs a second reviewer. When a release goes wrong, roll back with the\n"
+                  "previous release tag rather than a revert commit.\n",
+    "keys.md": "# Keys\n\nRotate the signing key every ninety days and after anyone with access leaves\n"
+               "the team. The old key stays valid for one day so that running jobs can finish.\n",
+    "golden.yaml": "- query_id: h1\n  kind: factual\n  query: How often is the signing key rotated?\n"
+                   "  doc_id: keys\n  anchor: rotate the signing key every ninety days\n"
+                   "- query_id: h2\n  kind: conceptual\n  query: What do we do when a release breaks production?\n"
+                   "  doc_id: deploys\n  anchor: roll back with the previous release tag\n",
+}
 TERMINAL = {"SUCCESS", "FAILURE", "CANCELED"}
 # The asset graph draws bare name boxes below this zoom (AssetGraphExplorer's MINIMAL_SCALE is
 # 0.6); the viewport is sized so that the graph, fitted to the width, stays just above it.
@@ -89,6 +115,7 @@ class UI:
         self.base = f"http://127.0.0.1:{port}"
         self.log_path = workdir / "ui.log"
         self.proc: subprocess.Popen | None = None
+        self.location: str | None = None
 
     def start(self, timeout: float = 300) -> None:
         cmd = ["uv", "run", "python", "-m", "retrieval_assets.ui", "dev", "-p", str(self.port), "-h", "127.0.0.1"]
@@ -124,6 +151,9 @@ class UI:
                 raise TimeoutError(f"code location not loaded after {timeout:.0f}s")
             time.sleep(2)
         log(f"UI up at {self.base} (code location {self.location})")
+
+    def up(self) -> bool:
+        return self.location is not None and self.proc is not None and self.proc.poll() is None
 
     def gql(self, query: str, variables: dict | None = None) -> dict:
         body = json.dumps({"query": query, "variables": variables or {}}).encode()
@@ -186,11 +216,24 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def run_command(cmd: list[str]) -> None:
+    log(" ".join(cmd))
+    rc = subprocess.run(cmd, cwd=ROOT).returncode
+    if rc != 0:
+        raise RuntimeError(f"{' '.join(cmd)} exited with {rc}")
+
+
+def path(name: str, corpus: str = CORPUS) -> list[str]:
+    """The asset key path of ``name`` in ``corpus``: ``["fixture", "eval_run"]``."""
+    return [corpus, name]
+
+
 # ---------------------------------------------------------------------------------- history
 
 def trend_points(ui: UI, key: str = "hash/ndcg@k") -> int:
-    data = ui.gql("""{ assetOrError(assetKey: {path: ["embedder_comparison"]}) {
-        ... on Asset { assetMaterializations(limit: 500) { metadataEntries { label } } } } }""")
+    data = ui.gql("""query($k: [String!]!) { assetOrError(assetKey: {path: $k}) {
+        ... on Asset { assetMaterializations(limit: 500) { metadataEntries { label } } } } }""",
+                  {"k": path("embedder_comparison")})
     mats = (data["assetOrError"] or {}).get("assetMaterializations") or []
     return sum(1 for m in mats if any(e["label"] == key for e in m["metadataEntries"]))
 
@@ -201,11 +244,62 @@ def top_up_history(ui: UI, min_points: int) -> int:
     log(f"embedder_comparison has {have} materialisation(s) with hash/ndcg@k; "
         f"{launches} run(s) of the main command needed for {min_points} points")
     for i in range(launches):
-        log(f"main command ({i + 1}/{launches}): {' '.join(MAIN_COMMAND)}")
-        rc = subprocess.run(MAIN_COMMAND, cwd=ROOT).returncode
-        if rc != 0:
-            raise RuntimeError(f"{' '.join(MAIN_COMMAND)} exited with {rc}")
+        log(f"main command ({i + 1}/{launches}):")
+        run_command(MAIN_COMMAND)
     return launches
+
+
+# ---------------------------------------------------------------------------- second corpus
+
+class SecondCorpus:
+    """The throwaway corpus ``SECOND`` (three Markdown files and a golden set of two queries in a
+    temporary folder) beside the fixture: registered, evaluated once, and removed again with
+    everything it left: its schemas, history and stored values (``corpus remove``), its runs and
+    asset events in the Dagster instance, its reports and its folder."""
+
+    def __init__(self):
+        self.folder = Path(tempfile.mkdtemp(prefix=f"retrieval-{SECOND}-"))
+        self.registered = False
+
+    def register(self) -> None:
+        for name, text in SECOND_FILES.items():
+            (self.folder / name).write_text(text)
+        run_command(["uv", "run", "python", "-m", "retrieval_assets", "corpus", "add", SECOND, str(self.folder)])
+        self.registered = True
+
+    def evaluate(self) -> None:
+        run_command(["uv", "run", "dg", "launch", "--job", f"{JOB}__{SECOND}", "--partition", "hash"])
+
+    def remove(self, ui: UI) -> None:
+        try:
+            if self.registered and ui.up():
+                self._forget_runs(ui)
+        finally:
+            if self.registered:
+                run_command(["uv", "run", "python", "-m", "retrieval_assets", "corpus", "remove", SECOND, "--yes"])
+            shutil.rmtree(ROOT / ".retrieval" / "reports" / SECOND, ignore_errors=True)
+            shutil.rmtree(self.folder, ignore_errors=True)
+
+    def _forget_runs(self, ui: UI) -> None:
+        """Wipe the corpus's assets and delete its runs (tag retrieval/corpus), once they have finished."""
+        data = ui.gql("""{ runsOrError(filter: {tags: [{key: "retrieval/corpus", value: "%s"}]}) {
+            ... on Runs { results { runId } } } }""" % SECOND)
+        run_ids = [r["runId"] for r in data["runsOrError"]["results"]]
+        if run_ids:
+            wait_for_runs(ui, run_ids, 300)
+        keys = [n["assetKey"] for n in ui.gql("{ assetNodes { assetKey { path } } }")["assetNodes"]
+                if n["assetKey"]["path"][0] == SECOND]
+        wiped = ui.gql("""mutation($r: [PartitionsByAssetSelector!]!) { wipeAssets(assetPartitionRanges: $r) {
+            __typename ... on PythonError { message } } }""", {"r": [{"assetKey": k} for k in keys]})["wipeAssets"]
+        if wiped["__typename"] != "AssetWipeSuccess":
+            raise RuntimeError(f"wiping {SECOND}'s assets: {wiped}")
+        for rid in run_ids:
+            deleted = ui.gql("""mutation($id: String!) { deleteRun(runId: $id) { __typename
+                ... on PythonError { message } } }""", {"id": rid})["deleteRun"]
+            if deleted["__typename"] != "DeletePipelineRunSuccess":
+                raise RuntimeError(f"deleting {SECOND}'s run {rid}: {deleted}")
+            shutil.rmtree(ROOT / ".retrieval" / "dagster" / "logs" / rid, ignore_errors=True)
+        log(f"{SECOND}: wiped {len(keys)} assets, deleted {len(run_ids)} runs")
 
 
 # ------------------------------------------------------------------------------ schedule tick
@@ -304,36 +398,39 @@ def wait_for_runs(ui: UI, run_ids: list[str], timeout: float) -> dict[str, dict]
         time.sleep(5)
 
 
-def latest_materialization(ui: UI, asset: str) -> dict | None:
+def latest_materialization(ui: UI, key: list[str]) -> dict | None:
     data = ui.gql("""query($k: [String!]!) { assetOrError(assetKey: {path: $k}) { ... on Asset {
-        assetMaterializations(limit: 1) { runId timestamp partition } } } }""", {"k": [asset]})
+        assetMaterializations(limit: 1) { runId timestamp partition } } } }""", {"k": key})
     mats = (data["assetOrError"] or {}).get("assetMaterializations") or []
     return mats[0] if mats else None
 
 
-def wait_for_eval_trend(ui: UI, timeout: float) -> str:
-    """eval_trend is refreshed after eval_run, in the job or (asset group reports) by the
+def wait_for_eval_trend(ui: UI, corpus: str, timeout: float) -> str:
+    """A corpus's eval_trend (group <corpus>_reports) is refreshed after its eval_run by its
     reports_after_evaluation sensor under the daemon: wait until its latest materialisation is
     newer than eval_run's and return the run that made it."""
     deadline = time.monotonic() + timeout
-    evaluated = float(latest_materialization(ui, "eval_run")["timestamp"])
+    evaluated = float(latest_materialization(ui, path("eval_run", corpus))["timestamp"])
     while True:
-        trend = latest_materialization(ui, "eval_trend")
+        trend = latest_materialization(ui, path("eval_trend", corpus))
         if trend and float(trend["timestamp"]) > evaluated:
             run = ui.gql("""query($id: ID!) { runOrError(runId: $id) { ... on Run { runId jobName
                 tags { key value } } } }""", {"id": trend["runId"]})["runOrError"]
             by = next((t["value"] for t in run["tags"] if t["key"] in
                        ("dagster/sensor_name", "dagster/schedule_name")), "hand")
-            log(f"eval_trend refreshed by run {trend['runId'][:8]} ({run['jobName']}, launched by {by})")
+            log(f"{corpus}/eval_trend refreshed by run {trend['runId'][:8]} ({run['jobName']}, launched by {by})")
             return trend["runId"]
         if time.monotonic() > deadline:
-            raise TimeoutError(f"eval_trend not refreshed {timeout:.0f}s after the tick's eval_run")
+            raise TimeoutError(f"{corpus}/eval_trend not refreshed {timeout:.0f}s after its latest eval_run")
         time.sleep(5)
 
 
-def group_assets(ui: UI, group: str) -> list[str]:
-    nodes = ui.gql("{ assetNodes { assetKey { path } groupName } }")["assetNodes"]
-    return [n["assetKey"]["path"][-1] for n in nodes if n["groupName"] == group]
+def asset_groups(ui: UI) -> dict[str, list[str]]:
+    """Every asset group and the names (last key part) of its assets."""
+    groups: dict[str, list[str]] = {}
+    for n in ui.gql("{ assetNodes { assetKey { path } groupName } }")["assetNodes"]:
+        groups.setdefault(n["groupName"], []).append(n["assetKey"]["path"][-1])
+    return groups
 
 
 def partition_of(run: dict) -> str:
@@ -393,7 +490,7 @@ def shoot_graph(ui: UI, browser, out: Path, assets: list[str]) -> None:
 
 def shoot_eval_run(ui: UI, browser, out: Path, hash_run: str | None) -> None:
     page = new_page(browser, 1600, 1000)
-    page.goto(f"{ui.base}/assets/eval_run?view=partitions&partition=hash")
+    page.goto(f"{ui.base}/assets/{CORPUS}/eval_run?view=partitions&partition=hash")
     page.get_by_text("Latest materialization").first.wait_for(timeout=60_000)
     for key in ("recall@k", "mrr", "ndcg@k"):
         page.get_by_role("cell", name=key, exact=True).first.wait_for(timeout=30_000)
@@ -412,7 +509,7 @@ def shoot_eval_run(ui: UI, browser, out: Path, hash_run: str | None) -> None:
 def shoot_embedder_trend(ui: UI, browser, out: Path) -> None:
     width = 1600
     page = new_page(browser, width, 1000)
-    page.goto(f"{ui.base}/assets/embedder_comparison")
+    page.goto(f"{ui.base}/assets/{CORPUS}/embedder_comparison")
     page.get_by_role("button", name="Plots").wait_for(timeout=60_000)
     page.wait_for_timeout(1500)
     dismiss_modals(page)
@@ -458,7 +555,7 @@ def shoot_embedder_trend(ui: UI, browser, out: Path) -> None:
 
 def shoot_eval_trend(ui: UI, browser, out: Path, trend_run: str) -> None:
     page = new_page(browser, 1600, 1000)
-    page.goto(f"{ui.base}/assets/eval_trend?view=events")
+    page.goto(f"{ui.base}/assets/{CORPUS}/eval_trend?view=events")
     page.get_by_text("[Show Markdown]").first.wait_for(timeout=60_000)
     page.wait_for_timeout(1500)
     dismiss_modals(page)
@@ -477,35 +574,57 @@ def shoot_eval_trend(ui: UI, browser, out: Path, trend_run: str) -> None:
     page.context.close()
 
 
+def shoot_corpora(ui: UI, browser, out: Path, groups: list[str]) -> None:
+    """The global lineage, groups collapsed (its default with several groups): each corpus's chain
+    of groups, and the sidebar's list of every group."""
+    page = new_page(browser, 1360, 860)
+    page.goto(f"{ui.base}/asset-groups")
+    page.get_by_text("Global asset lineage").first.wait_for(timeout=60_000)
+    for group in groups:  # a collapsed group's box reads "<group><status counts>"
+        page.locator("foreignObject", has_text=re.compile(rf"^{group}(?![a-z_])")).first.wait_for(timeout=60_000)
+    page.wait_for_timeout(4000)  # live data (statuses) arrives after the layout
+    dismiss_modals(page)
+    check_clean(page, "global lineage")
+    page.screenshot(path=str(out))
+    page.context.close()
+
+
 # ------------------------------------------------------------------------------------ main
 
-def group_status(ui: UI, assets: list[str]) -> list[str]:
+def group_status(ui: UI, names: list[str]) -> list[str]:
     query = """query($k: [String!]!) { assetOrError(assetKey: {path: $k}) { ... on Asset {
         assetMaterializations(limit: 1) { runId }
         definition { isPartitioned assetPartitionStatuses { ... on DefaultPartitionStatuses {
             materializedPartitions failedPartitions unmaterializedPartitions } } } } } }"""
     lines = []
-    for name in assets:
-        a = ui.gql(query, {"k": [name]})["assetOrError"]
+    for name in names:
+        a = ui.gql(query, {"k": path(name)})["assetOrError"]
         mats = a.get("assetMaterializations") or []
         if a["definition"]["isPartitioned"]:
             s = a["definition"]["assetPartitionStatuses"]
-            lines.append(f"{name}: materialized {s['materializedPartitions']}, missing "
+            lines.append(f"{CORPUS}/{name}: materialized {s['materializedPartitions']}, missing "
                          f"{s['unmaterializedPartitions']}, failed {s['failedPartitions']}")
         else:
-            lines.append(f"{name}: {'materialized' if mats else 'never materialized'}"
+            lines.append(f"{CORPUS}/{name}: {'materialized' if mats else 'never materialized'}"
                          + (f" (latest run {mats[0]['runId'][:8]})" if mats else ""))
     return lines
 
 
-def clean_nux(before: set[str] | None) -> None:
-    if not NUX.is_dir():
-        return
-    for p in NUX.iterdir():
-        if before is None or p.name not in before:
-            p.unlink()
-    if before is None:
-        NUX.rmdir()
+def dagster_dirs() -> dict[Path, set[str] | None]:
+    """What DAGSTER_DIRS hold now (None: the folder does not exist)."""
+    return {d: ({p.name for p in d.iterdir()} if d.is_dir() else None) for d in DAGSTER_DIRS}
+
+
+def clean_dagster_dirs(before: dict[Path, set[str] | None]) -> None:
+    """Remove the files the webserver created in DAGSTER_DIRS, and the folders it created."""
+    for d, had in before.items():
+        if not d.is_dir():
+            continue
+        for p in d.iterdir():
+            if (had is None or p.name not in had) and p.is_file():
+                p.unlink()
+        if had is None and not any(d.iterdir()):
+            d.rmdir()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -517,12 +636,15 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
 
     workdir = Path(tempfile.mkdtemp(prefix="retrieval-screenshots-"))
-    nux_before = {p.name for p in NUX.iterdir()} if NUX.is_dir() else None
+    dirs_before = dagster_dirs()
     ui = UI(args.port or free_port(), workdir)
+    second = SecondCorpus()
     ok = False
     try:
+        second.register()  # before the UI starts, so that its code location loads both corpora
         ui.start()
         top_up_history(ui, args.min_points)
+        second.evaluate()
         with sync_playwright() as p:
             browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"], headless=True)
             page = new_page(browser, 1600, 1000)
@@ -535,14 +657,20 @@ def main(argv: list[str] | None = None) -> int:
                 raise RuntimeError(f"tick runs did not succeed: {failed} (see the UI log {ui.log_path})")
             by_partition = {partition_of(r): rid for rid, r in runs.items()}
             log("tick runs succeeded: " + ", ".join(f"{k} {v[:8]}" for k, v in sorted(by_partition.items())))
-            trend_run = wait_for_eval_trend(ui, 600)
-            assets = group_assets(ui, GROUP)
+            trend_run = wait_for_eval_trend(ui, CORPUS, 600)
+            wait_for_eval_trend(ui, SECOND, 600)
+            groups = asset_groups(ui)
+            assets = groups[GROUP]
             log(f"asset group {GROUP}: {', '.join(assets)}")
+            corpus_groups = [g for c in (CORPUS, SECOND) for g in (c, f"{c}_reports", f"{c}_experiments", f"{c}_live")]
+            if missing := [g for g in corpus_groups if g not in groups]:
+                raise RuntimeError(f"asset groups missing: {missing} (groups: {sorted(groups)})")
 
             shots = [("asset-graph.png", lambda o: shoot_graph(ui, browser, o, assets)),
                      ("eval-run.png", lambda o: shoot_eval_run(ui, browser, o, by_partition.get("hash"))),
                      ("embedder-trend.png", lambda o: shoot_embedder_trend(ui, browser, o)),
-                     ("eval-trend.png", lambda o: shoot_eval_trend(ui, browser, o, trend_run))]
+                     ("eval-trend.png", lambda o: shoot_eval_trend(ui, browser, o, trend_run)),
+                     ("corpora.png", lambda o: shoot_corpora(ui, browser, o, corpus_groups))]
             for name, shoot in shots:
                 tmp = workdir / name
                 shoot(tmp)
@@ -553,8 +681,11 @@ def main(argv: list[str] | None = None) -> int:
             log(line)
         ok = True
     finally:
-        ui.stop()
-        clean_nux(nux_before)
+        try:
+            second.remove(ui)
+        finally:
+            ui.stop()
+            clean_dagster_dirs(dirs_before)
         if ok:
             log(f"done; the UI log and the tick dialog screenshots are in {workdir}")
         else:
