@@ -8,7 +8,8 @@ its narrow ``fulltext`` copy with a GIN index (``copies``) and the BM25 postings
 transaction (a single COPY into a staging table and one merge, under the writers' lock; an empty
 table receiving ``BULK_MIN`` chunks or more is loaded by ``bulk.load`` instead), re-embedding
 only texts the table does not hold yet, and returns at once when the table still holds what the
-last sync wrote for the same chunks and embedder (``synced``, cleared by any other write);
+last sync wrote for the same chunks and embedder (``synced``, cleared by any other write), and
+repairs an index that lost a table first (``repair``; so does ``create``);
 ``chunk_ids`` returns the ids; ``drop`` removes it all. The BM25 postings are kept exact by every
 write. Every dimension mismatch raises ValueError before anything is written.
 """
@@ -25,7 +26,7 @@ from psycopg import sql
 
 from retrieval_assets import pg
 
-from retrieval_assets.index import bm25, bulk
+from retrieval_assets.index import bm25, bulk, repair
 from retrieval_assets.index.copies import exact_copy, has_exact_copy, mirror
 from retrieval_assets.index.embed import Embedder
 from retrieval_assets.index.vector_index import HNSW, RECALL_TARGET, check_recall_target, vector_index
@@ -60,6 +61,7 @@ def create(conn: psycopg.Connection, schema: str, dims: int) -> None:
     with conn.transaction():
         _lock(conn, schema)  # the sync's lock: concurrent creators and writers of one schema queue here
         conn.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(schema)))
+        repair.clear(conn, schema)  # a table missing or replaced: what depends on it goes, built again below
         conn.execute(statement(
             schema,
             """CREATE TABLE IF NOT EXISTS {chunks} ({columns},
@@ -123,8 +125,7 @@ def _check_sizes(chunks: Sequence[Chunk]) -> None:
                              "Postgres tsvector can hold: split that text (blank lines or headings), nothing was synced")
 
 
-def _check_dims(conn: psycopg.Connection, schema: str, embedder: Embedder) -> None:
-    dims = table_dims(conn, schema)
+def _check_dims(schema: str, dims: int | None, embedder: Embedder) -> None:
     if dims is None:
         raise ValueError(f"table {schema}.chunks does not exist; call store.create first")
     if dims != embedder.dims:
@@ -204,7 +205,7 @@ def _lock(conn: psycopg.Connection, schema: str) -> None:
 
 def upsert(conn: psycopg.Connection, schema: str, chunks: Iterable[Chunk], embedder: Embedder, batch: int = 64) -> int:
     """Embed and write chunks (insert or replace by chunk_id); returns rows written."""
-    _check_dims(conn, schema, embedder)
+    _check_dims(schema, table_dims(conn, schema), embedder)
     chunks = _unique(chunks)
     with conn.transaction():
         _lock(conn, schema)
@@ -228,21 +229,28 @@ def sync(conn: psycopg.Connection, schema: str, chunks: Iterable[Chunk], embedde
     the loaded tables are vacuumed (``bulk.vacuum_loaded``). When the table
     still holds what the last sync wrote for the same chunks (every field, in the same order) and
     embedder, nothing is read or written: a trigger clears that record at any other write to
-    ``chunks`` (upsert, SQL of anyone's), so the shortcut never hides a change.
+    ``chunks`` (upsert, SQL of anyone's), so the shortcut never hides a change. An index with a
+    table missing, or replaced since that record, is built again first (``repair``, logged) and synced in full.
     """
     check_recall_target(recall_target)
-    _check_dims(conn, schema, embedder)
     chunks = _unique(chunks)
     _check_sizes(chunks)
     tick = Progress(progress, len(chunks), f"{schema}: chunks through the embedder")
     fingerprint = _fingerprint(chunks, embedder)
     with conn.transaction():
         _lock(conn, schema)
-        if conn.execute(statement(schema, "SELECT fingerprint FROM {synced}")).fetchone() == (fingerprint,):
+        health = repair.inspect(conn, schema)
+        if health.dims is not None or not health.missing:  # (a missing chunks of an index is repaired below)
+            _check_dims(schema, health.dims, embedder)  # no index at all, or another dimension: ValueError
+        stored = repair.stored(conn, schema, health)
+        if health.missing or health.replaced(stored):  # a table missing or replaced: built again, synced in full below
+            create(conn, schema, embedder.dims)
+        elif stored == repair.record(fingerprint, health):
             return SyncReport(inserted=0, updated=0, deleted=0, unchanged=len(chunks), embedded=0)  # nothing written since
         report, loaded = _sync(conn, schema, chunks, embedder, batch, tick, allow_shrink, recall_target)
         conn.execute(statement(schema, """INSERT INTO {synced} (fingerprint) VALUES (%s)
-                                          ON CONFLICT (one) DO UPDATE SET fingerprint = EXCLUDED.fingerprint"""), (fingerprint,))
+                                          ON CONFLICT (one) DO UPDATE SET fingerprint = EXCLUDED.fingerprint"""),
+                     (repair.record(fingerprint, repair.inspect(conn, schema)),))
     if loaded:
         bulk.vacuum_loaded(conn, schema)
     return report

@@ -27,7 +27,8 @@ CHUNK_COLUMNS: dict[str, str] = {f.name: _PG_TYPES[str(f.type)] for f in fields(
 # Every table a partition's schema holds: the chunks and the BM25 statistics kept beside them;
 # vector_index: the one row saying which vector search the table got after its last bulk load (vector_index.choose_vector_index);
 # vectors: (chunk_id, embedding) alone, in float32 or halfvec, kept by triggers on chunks while that choice is an exact scan (copies.exact_copy);
-# synced: the fingerprint of the chunks the last sync made the table equal to, cleared by any later write (store.sync);
+# synced: the fingerprint of the chunks the last sync made the table equal to, with the oids of the tables it wrote
+#   (repair.record), cleared by any later write (store.sync);
 # fulltext: (chunk_id, tsv) of every chunk with the GIN index, kept by triggers on chunks, what full-text matching reads.
 TABLES = ("chunks", "chunk_lengths", "postings", "term_df", "bm25_stats", "vector_index", "vectors", "synced", "fulltext")
 

