@@ -7,6 +7,7 @@ benchmarks) takes a ``RetrievalParams`` and reads its defaults from here.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, fields, replace
 
 LEXICAL = ("ts_rank_cd", "bm25")  # the lexical lists hybrid search can fuse with vectors
@@ -15,6 +16,17 @@ RERANK_IDF = ("pool", "corpus")  # where the BM25 reranker's document frequencie
 EF_SEARCH_MAX = 1000  # pgvector's upper bound for hnsw.ef_search
 MAX_QUERY_CHARS = 1000  # a query is cut to its first 1,000 characters ...
 MAX_QUERY_TERMS = 64  # ... and its first 64 whitespace-separated terms (the cut is logged)
+# ... and a run of more than 10 negations to 10 or 9 of them, its parity kept (``limit_negations``). Each '-'
+# that websearch_to_tsquery reads where a word may start is a NOT, and NOT is right-associative: Postgres's
+# tsquery parser keeps the pending NOTs of a run on an operator stack of 32 (STACKDEPTH in tsquery.c), beside
+# the pending AND and OR, and a longer run fails the whole statement with "tsquery stack too small". Measured
+# on Postgres 18.6 (the embedded server, retrieval_assets_tests/test_fuzz_queries.py): 32 NOTs are accepted at
+# the start of a query, 31 after a word, 30 after "word or word" (the worst place) and never 31 there. The
+# run continues through whitespace and the characters that parser skips there (!&|()<), never through a
+# quote (Postgres 18 opens a phrase at any '"'). 10 leaves room for two runs joined by a quote, as an older
+# parser that skips an unmatched '"' would read them (20 NOTs, plus the AND and the OR), with 10 to spare;
+# NOT NOT x is x, so a cut run means what it meant.
+MAX_QUERY_NEGATIONS = 10
 PRF_BETA_MAX = 10.0  # Rocchio's feedback weight on the query vector, at most
 PRF_TERMS_MAX = 100  # expansion terms of pseudo-relevance feedback: every posting of each is read
 
@@ -144,9 +156,35 @@ def hnsw_ef_search(n: int, ef_search: int | None = None) -> int:
 
 
 def limit_query(query: str) -> str:
-    """``query`` cut to ``MAX_QUERY_CHARS`` characters and ``MAX_QUERY_TERMS`` terms (unchanged when shorter)."""
+    """``query`` cut to ``MAX_QUERY_CHARS`` characters and ``MAX_QUERY_TERMS`` terms, its runs of negations
+    to ``MAX_QUERY_NEGATIONS`` (``limit_negations``); unchanged when within every limit."""
     cut = query[:MAX_QUERY_CHARS]
     terms = cut.split()
     if len(terms) > MAX_QUERY_TERMS:
         cut = " ".join(terms[:MAX_QUERY_TERMS])
-    return cut
+    return limit_negations(cut)
+
+
+# A run of negations: a '-' where websearch_to_tsquery may read a word (at the start, or after whitespace, NUL,
+# one of !&|()< or a quote; after anything else it is part of a word), then every '-', whitespace, NUL and
+# !&|()< up to the next word or quote. Python's whitespace holds every character Postgres skips there, in
+# any locale (its own: the six ASCII spaces under C.UTF-8), so a run is never shorter than Postgres's.
+_SKIPPED = r"\s\x00!&|()<"
+_NEGATION_RUN = re.compile(rf'(?<![^{_SKIPPED}"])-[-{_SKIPPED}]*')
+
+
+def _fewer_negations(run: re.Match) -> str:
+    text = run.group()
+    extra = text.count("-") - MAX_QUERY_NEGATIONS
+    if extra <= 0:
+        return text
+    parts = text.split("-")  # parts[0] is empty: a run starts with its first '-'
+    keep = MAX_QUERY_NEGATIONS - extra % 2  # the run's parity: NOT NOT x is x
+    return "-".join(parts[: keep + 1]) + "".join(parts[keep + 1 :])
+
+
+def limit_negations(query: str) -> str:
+    """``query`` with every run of more than ``MAX_QUERY_NEGATIONS`` negations cut to its first
+    ``MAX_QUERY_NEGATIONS`` or one fewer, whichever has the run's parity (the skipped characters between
+    them kept); unchanged when no run is longer. The bound Postgres's tsquery parser needs (see the constant)."""
+    return _NEGATION_RUN.sub(_fewer_negations, query) if "-" in query else query

@@ -32,21 +32,46 @@ def normalise(text: str) -> str:
 
 # libyaml's parser and loader when PyYAML was built with it (the wheels are): the fixture's golden
 # set loads in a few ms instead of 60 in the pure-Python composer
-_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+_BASE = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+class _Loader(_BASE):
+    """The safe loader, with a value its constructor cannot build reported as YAML at the value's place:
+    PyYAML's own constructors raise ValueError (``2020-13-45``, ``!!int abc``), AttributeError
+    (``!!timestamp x``) or KeyError (``!!bool maybe``) for them, naming neither file nor place."""
+
+    def construct_object(self, node, deep=False):
+        try:
+            return super().construct_object(node, deep)
+        except yaml.YAMLError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - whatever a constructor raises on a malformed scalar
+            value = node.value if isinstance(node.value, str) else ""
+            why = f" ({str(exc)[:80]})" if type(exc) is ValueError else ""  # others say nothing about the value
+            raise yaml.constructor.ConstructorError(None, None, f"cannot read {value[:40]!r} as !!{node.tag.rsplit(':', 1)[-1]}{why}",
+                                                    node.start_mark) from None
+
+
+_LOADER = _Loader
 
 
 def load_yaml(text: str, name: str = "<yaml>"):
     """YAML without anchors or aliases (a billion-laughs document is refused, not expanded);
-    ``ValueError`` naming ``name`` on invalid YAML. The events are checked first, then the
-    document is built by a safe loader."""
+    ``ValueError`` naming ``name`` on invalid YAML (a value its tag cannot build too). The events are
+    checked first, then the document is built by a safe loader."""
     try:
-        for event in yaml.parse(text, Loader=_LOADER):
+        for event in yaml.parse(text, Loader=_BASE):
             if isinstance(event, yaml.AliasEvent) or getattr(event, "anchor", None):
                 mark = event.start_mark
                 raise yaml.YAMLError(f"YAML anchors and aliases are not allowed (line {mark.line + 1}, column {mark.column + 1})")
         return yaml.load(text, Loader=_LOADER)  # noqa: S506 - SafeLoader or CSafeLoader
     except yaml.YAMLError as exc:
         raise ValueError(f"{name}: not valid YAML ({exc})") from None
+
+
+def _shown(value: str) -> str:
+    """A field's value as an error message quotes it: its first 80 characters (a value can be megabytes)."""
+    return value if len(value) <= 80 else f"{value[:80]}... ({len(value):,} characters)"
 
 
 def load_golden(path: str | Path, documents: Sequence[Document] | None = None) -> list[GoldenQuery]:
@@ -71,7 +96,7 @@ def load_golden(path: str | Path, documents: Sequence[Document] | None = None) -
     for i, item in enumerate(items, 1):
         raw = item.get("query_id") if isinstance(item, dict) else None
         qid = raw if isinstance(raw, str) and raw.strip() else f"#{i}"
-        where = f"{path}: query {qid[:80]}"
+        where = f"{path}: query {_shown(qid)}"
         if not isinstance(item, dict):
             raise GoldenError(f"{where}: expected a mapping with {', '.join(_FIELDS)}")
         for name in _FIELDS:
@@ -83,15 +108,15 @@ def load_golden(path: str | Path, documents: Sequence[Document] | None = None) -
             if not value.strip():
                 raise GoldenError(f"{where}: empty field '{name}'")
         if item["kind"] not in KINDS:
-            raise GoldenError(f"{where}: unknown kind '{item['kind']}' (expected one of {', '.join(KINDS)})")
+            raise GoldenError(f"{where}: unknown kind '{_shown(item['kind'])}' (expected one of {', '.join(KINDS)})")
         if qid in seen:
             raise GoldenError(f"{where}: duplicate query_id")
         seen.add(qid)
         if texts is not None:
             if item["doc_id"] not in texts:
-                raise GoldenError(f"{where}: doc_id '{item['doc_id']}' is not a document of the corpus")
+                raise GoldenError(f"{where}: doc_id '{_shown(item['doc_id'])}' is not a document of the corpus")
             if normalise(item["anchor"]) not in texts[item["doc_id"]]:
-                raise GoldenError(f"{where}: anchor '{item['anchor']}' does not occur in {item['doc_id']}")
+                raise GoldenError(f"{where}: anchor '{_shown(item['anchor'])}' does not occur in {item['doc_id']}")
         golden.append(GoldenQuery(*(item[name].strip() for name in _FIELDS)))
     return golden
 

@@ -8,7 +8,7 @@ Contract:
   Markdown file, else its first non-blank line. Files must be UTF-8 (a BOM is dropped); CRLF is
   kept as is. A missing, non-directory, unreadable or empty corpus, a file that is not a regular
   file (directory, FIFO, socket, link loop, dangling link), a NUL byte or a doc_id found twice
-  raises ``CorpusError`` naming the path.
+  raises ``CorpusError`` naming the path, as does a file name that is not UTF-8.
 - ``chunk(doc, max_chars=1200, overlap=1)``: headings (``#`` to ``######`` then a space, outside
   a fence) open sections; blank lines separate blocks; a fenced code block is one block; blocks
   are packed greedily up to ``max_chars`` and never split; the next chunk carries ``overlap``
@@ -93,11 +93,22 @@ def corpus_files(corpus_dir: str | Path) -> list[tuple[str, Path]]:
         raise CorpusError(f"{root}: no Markdown files (*.md at any depth, or docs/*.md and stories/*.txt)")
     seen: dict[str, Path] = {}
     for doc_id, path in found:
+        _check_name(doc_id, path)
         _check_regular(path)
         if doc_id in seen:
             raise CorpusError(f"duplicate doc_id '{doc_id}': {seen[doc_id]} and {path} (rename one)")
         seen[doc_id] = path
     return found
+
+
+def _check_name(doc_id: str, path: Path) -> None:
+    """Refuse a file whose name (its doc_id) is not UTF-8: Python holds its bytes as lone surrogates, which
+    no Postgres statement can send; named with those bytes escaped, so the message prints."""
+    try:
+        doc_id.encode("utf-8")
+    except UnicodeEncodeError:
+        shown = os.fsencode(path).decode("utf-8", "backslashreplace")
+        raise CorpusError(f"{shown}: the file name is not UTF-8 (rename it)") from None
 
 
 def _check_regular(path: Path) -> None:

@@ -8,7 +8,8 @@ one; blended with the fused score by ``params.rerank_weight``), applies MMR (whe
 ``params.mmr_lambda`` is set) and returns a ``Trace`` of every list, best first, with
 the pool's chunks as fetched once. Evaluation, diagnosis, answers, benchmarks and the assets
 all call it. User query text never raises: a query longer than ``params.MAX_QUERY_CHARS``
-characters or ``MAX_QUERY_TERMS`` terms is cut (and the cut logged); every search statement
+characters or ``MAX_QUERY_TERMS`` terms, or with a run of more than ``MAX_QUERY_NEGATIONS``
+negations, is cut (``params.limit_query``, and the cut logged); every search statement
 runs under ``params.statement_timeout_ms``, and a timeout raises ``SearchTimeout``.
 """
 
@@ -27,7 +28,8 @@ from retrieval_assets.index import copies, vector_index
 
 from retrieval_assets.search import dense, fusion, hybrid
 from retrieval_assets.index.embed import Embedder
-from retrieval_assets.params import DEFAULT, MAX_QUERY_CHARS, MAX_QUERY_TERMS, RetrievalParams, hnsw_ef_search, limit_query
+from retrieval_assets.params import (DEFAULT, MAX_QUERY_CHARS, MAX_QUERY_NEGATIONS, MAX_QUERY_TERMS, RetrievalParams, hnsw_ef_search,
+                                     limit_query)
 from retrieval_assets.search.rerank import CorpusStats, LexicalReranker, Reranker, blend, mmr
 from retrieval_assets.index.tables import chunk_of, column_list, statement
 from retrieval_assets.types import Chunk, Hit, Ranked
@@ -187,8 +189,8 @@ def run(conn: psycopg.Connection, retriever: Retriever, query: str, params: Retr
     """
     limited = limit_query(query)
     if limited != query:
-        log.info("query cut from %d to %d characters (limits: %d characters, %d terms)", len(query), len(limited),
-                 MAX_QUERY_CHARS, MAX_QUERY_TERMS)
+        log.info("query cut from %d to %d characters (limits: %d characters, %d terms, %d negations in a row)", len(query),
+                 len(limited), MAX_QUERY_CHARS, MAX_QUERY_TERMS, MAX_QUERY_NEGATIONS)
         query = limited
     if retriever.ef_search and hnsw_ef_search(params.n, params.ef_search) < retriever.ef_search:
         params = params.with_(ef_search=retriever.ef_search)  # the table's floor: below it the graph misses its recall target

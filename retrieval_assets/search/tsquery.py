@@ -5,20 +5,33 @@ negated terms ORed, as tsquery text (None when there are none), from ``websearch
 ``lexemes`` lists the distinct lexemes of a tsquery text (phrases count as their words).
 ``PARSED`` and ``LEXEMES`` (``lexemes_of``) are the same two steps in SQL, for a search statement that
 parses its own query (``%(query)s``, passed through ``clean``) instead of paying a round trip for it.
+Every statement that parses user text takes it from ``clean``: NUL bytes out, and runs of negations
+within what Postgres's parser holds (``params.limit_negations``).
 """
 
 from __future__ import annotations
 
+import logging
 import re
 
 import psycopg
 
+from retrieval_assets.params import MAX_QUERY_NEGATIONS, limit_negations
+
 _LEXEME = re.compile(r"'((?:[^']|'')*)'")
+
+log = logging.getLogger(__name__)
 
 
 def clean(query: str) -> str:
-    """Postgres text cannot hold NUL; everything else is passed through as a parameter."""
-    return query.replace("\x00", " ")
+    """``query`` as a search statement's parameter: NUL (which Postgres text cannot hold) as a space, and
+    every run of negations cut to ``params.MAX_QUERY_NEGATIONS`` (the cut logged; ``pipeline.run`` has cut
+    its query already). Everything else is passed through as a parameter."""
+    cleaned = limit_negations(query.replace("\x00", " "))
+    if len(cleaned) != len(query):
+        log.info("query's runs of negations cut from %d to %d characters (limit: %d in a row)", len(query), len(cleaned),
+                 MAX_QUERY_NEGATIONS)
+    return cleaned
 
 
 def _split_top_level(tsquery: str) -> list[str]:
