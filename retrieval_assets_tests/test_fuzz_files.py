@@ -6,7 +6,6 @@ the file (and the query id or field), short and printable, never another excepti
 
 from __future__ import annotations
 
-import datetime as dt
 import os
 import tempfile
 from pathlib import Path
