@@ -45,6 +45,14 @@ class _Parser(argparse.ArgumentParser):
         raise UsageError(f"{self.prog}: {message}")
 
 
+def _partition(key: str) -> str:
+    """``--embedder``: a partition key, else the sentence ``dg launch --partition`` gives for it."""
+    try:
+        return partitions.get(key).key
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 def _parser() -> argparse.ArgumentParser:
     top = _Parser(prog="python -m retrieval_assets", description=__doc__.split("\n\n")[0])
     commands = top.add_subparsers(dest="command", required=True, parser_class=_Parser)
@@ -73,7 +81,7 @@ def _parser() -> argparse.ArgumentParser:
         p.add_argument("--overlap", type=int, default=1)
         if name == "chunk-stats":
             continue
-        p.add_argument("--embedder", default="hash", choices=list(partitions.PARTITIONS))
+        p.add_argument("--embedder", default="hash", type=_partition, help=f"embedder partition: {', '.join(partitions.PARTITIONS)}")
         p.add_argument("--dsn", default=None, help="Postgres DSN (default: $RETRIEVAL_DSN, else the embedded server)")
         if name == "index":
             p.add_argument("--check-vector-index", action="store_true",
@@ -203,7 +211,7 @@ def _run_id(conn, schema: str, prefix: str) -> str:
 
 def _history(args, out) -> None:
     schema = partitions.env_prefix() + partitions.HISTORY
-    with pg.connect(args.dsn) as conn:
+    with pg.connect(args.dsn) as conn, pg.privileges(conn):
         if args.command == "runs":
             print(f"{'run':<10} {'partition':<10} {'corpus':<12} {'k':>3} {'queries':>7}  time (UTC)", file=out)
             for r in history.runs(conn, schema, args.corpus_name):
@@ -243,7 +251,7 @@ def run(argv: list[str] | None = None, out=None) -> int:
             vector_index.check_recall_target(args.recall_target)
         except ValueError as exc:
             raise UsageError(f"--recall-target: {exc}") from None
-    with pg.connect(args.dsn) as conn:
+    with pg.connect(args.dsn) as conn, pg.privileges(conn):
         if args.command == "index":
             schema, embedder, report = _index(conn, args, chunks)
             print(f"{schema}: {report.inserted} inserted, {report.updated} updated, {report.deleted} deleted, "

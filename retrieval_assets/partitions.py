@@ -95,12 +95,17 @@ PARTITIONS: dict[str, Partition] = {
 }
 
 
+def unknown(key: str) -> str:
+    """What the command line (``--embedder``) and ``dg launch --partition`` say of a key that is no partition."""
+    return f"unknown embedder '{key}': the embedder partitions are {', '.join(PARTITIONS)}"
+
+
 def get(key: str) -> Partition:
     """The partition of ``key``; ``ValueError`` naming the known keys otherwise."""
     try:
         return PARTITIONS[key]
     except KeyError:
-        raise ValueError(f"unknown embedder '{key}' (known: {', '.join(PARTITIONS)})") from None
+        raise ValueError(unknown(key)) from None
 
 
 def embedder(key: str) -> Embedder:

@@ -180,7 +180,7 @@ def test_a_registered_corpus_whose_folder_vanished_fails_in_one_line_and_changes
         process = launcher("evaluate_embedders__harbour")
         out, _ = process.communicate(timeout=300)
         assert process.returncode != 0
-        assert f"corpus harbour: its folder {folder} no longer exists" in out
+        assert f"corpus directory not found: {folder} (corpus harbour was registered with it" in out
         assert _runs(pg_dsn) == before
     finally:
         os.rename(moved, folder)

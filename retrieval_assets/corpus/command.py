@@ -33,7 +33,7 @@ def add_parser(commands) -> None:
 def run(args: argparse.Namespace, out) -> None:
     prefix = partitions.env_prefix()
     schema = prefix + partitions.HISTORY
-    with pg.connect(args.dsn) as conn:
+    with pg.connect(args.dsn) as conn, pg.privileges(conn):
         if args.action == "add":
             corpus, new = registry.add(conn, schema, args.name, args.path)
             state = "registered" if new else "already registered"

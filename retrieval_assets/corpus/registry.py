@@ -45,8 +45,9 @@ class Corpus:
 
     def check(self) -> Corpus:
         if not Path(self.path).exists():
-            raise CorpusNameError(f"corpus {self.name}: its folder {self.path} no longer exists "
-                                  f"(register it again: corpus remove {self.name} --yes, then corpus add {self.name} PATH)")
+            raise CorpusNameError(f"corpus directory not found: {self.path} (corpus {self.name} was registered with it: "
+                                  f"restore it there, or register it again: corpus remove {self.name} --yes, then corpus add "
+                                  f"{self.name} PATH)")
         return self
 
 

@@ -76,11 +76,15 @@ def corpus_assets(corpus: Corpus) -> list[dg.AssetsDefinition]:
 
     @dg.asset(kinds={"python", "markdown"}, group_name=group(corpus), key_prefix=[corpus.name],
               required_resource_keys={"corpus", "postgres"},
-              description="The corpus documents: every *.md of the corpus folder at any depth (or docs/*.md then stories/*.txt).")
+              description="The corpus documents: every *.md of the corpus folder at any depth (or docs/*.md then stories/*.txt). "
+              "A bad golden.yaml fails this first step, so a run with bad input stores nothing.")
     def documents(context: dg.AssetExecutionContext) -> dg.Output[list[Document]]:
         check_requested_corpus(context, corpus)
         with user_errors("documents"):
             docs = chunker.load_documents(corpus.check().path)
+        if corpus.golden_path.exists():  # a bad golden set stops the run here, before any value is stored
+            with user_errors("golden_queries"):
+                golden.load_golden(corpus.golden_path, docs)
         context.log.info(f"corpus {corpus.name}: {len(docs)} documents from {corpus.path}")
         return versioned(docs, {
             "corpus": corpus.name,

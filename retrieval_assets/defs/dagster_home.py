@@ -8,9 +8,14 @@ imports this module at the start of a ``dg`` process only (no other interpreter 
 the project root, with no ``DAGSTER_HOME`` of the user's, it names the root, as
 ``python -m retrieval_assets.ui`` does for the other Dagster commands. Plain ``os`` only: this
 runs before anything else is imported.
+
+It also sets ``sys.excepthook``: an error the project foresees (a refused privilege, an unreachable server,
+an unknown partition) that stops ``dg`` before any step is one line (``launch_errors.py``, imported only
+then).
 """
 
 import os
+import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -27,4 +32,15 @@ def point_at_root() -> None:
         os.environ["DAGSTER_HOME"] = ROOT
 
 
+def _excepthook(kind, exc, tb) -> None:
+    try:
+        from retrieval_assets.defs.launch_errors import excepthook
+    except Exception:  # noqa: BLE001 - a broken import must not hide the error being reported
+        sys.__excepthook__(kind, exc, tb)
+        return
+    excepthook(kind, exc, tb)
+
+
 point_at_root()
+if os.path.basename((getattr(sys, "argv", None) or [""])[0]) in ("dg", "dg.exe"):  # not a process that loads the defs
+    sys.excepthook = _excepthook

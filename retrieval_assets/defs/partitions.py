@@ -5,10 +5,22 @@ import warnings
 
 import dagster as dg
 
+from retrieval_assets import partitions
 from retrieval_assets.corpus.registry import Corpus
 from retrieval_assets.partitions import PARTITIONS
 
-embedders = dg.StaticPartitionsDefinition(list(PARTITIONS))
+
+class EmbedderPartitions(dg.StaticPartitionsDefinition):
+    """The embedder partitions; an unknown key is refused with the sentence the command line gives for it
+    (``partitions.unknown``: it lists the valid keys) before a run is created; Dagster's own says only
+    "Could not find a partition with key"."""
+
+    def validate_partition_key(self, partition_key: str, context) -> None:
+        if not self.has_partition_key(partition_key):
+            raise dg.DagsterUnknownPartitionError(partitions.unknown(partition_key))
+
+
+embedders = EmbedderPartitions(list(PARTITIONS))
 
 # The checks of chunk_index and eval_run are evaluated per embedder partition (AssetCheckSpec.partitions_def),
 # which Dagster 1.13 marks as a preview; we rely on it knowingly and keep the console quiet.

@@ -4,7 +4,7 @@ bad-input errors into one clear step failure."""
 
 import os
 from collections.abc import Iterator
-from contextlib import AbstractContextManager, contextmanager
+from contextlib import contextmanager
 from pathlib import Path
 
 import dagster as dg
@@ -53,9 +53,12 @@ class PostgresResource(dg.ConfigurableResource):
     def io_schema(self) -> str:
         return self.schema_prefix + partitions.IO_VALUES
 
-    def connect(self) -> AbstractContextManager[psycopg.Connection]:
-        """``with postgres.connect() as conn``: a connection for the block, reused across the run's steps (``pg.session``)."""
-        return pg.session(self.dsn)
+    @contextmanager
+    def connect(self) -> Iterator[psycopg.Connection]:
+        """``with postgres.connect() as conn``: a connection for the block, reused across the run's steps (``pg.session``);
+        a privilege the server refuses in the block is a ``pg.PrivilegeError`` naming the SQL that grants it."""
+        with pg.session(self.dsn) as conn, pg.privileges(conn):
+            yield conn
 
 
 USER_ERRORS = (CorpusError, CorpusNameError, GoldenError, pg.ConnectError, ModelUnavailableError, store.ShrinkError, store.ChunkTooLargeError)
@@ -63,12 +66,18 @@ USER_ERRORS = (CorpusError, CorpusNameError, GoldenError, pg.ConnectError, Model
 
 @contextmanager
 def user_errors(what: str) -> Iterator[None]:
-    """Re-raise a bad corpus, golden set, server or model as ``dg.Failure`` with the library's
-    message (which names the file, query id or host, never a password), without a traceback."""
+    """Re-raise a bad corpus, golden set, server, privilege or model as ``dg.Failure`` with the library's
+    message (which names the file, query id or host and the fix, never a password) and the error's kind as
+    metadata, logged first as one line: the same sentence the command line prints."""
     try:
         yield
     except USER_ERRORS as exc:
-        raise dg.Failure(description=f"{what}: {exc}") from None
+        description = f"{what}: {exc}"
+        # the console's first line of this failure; Dagster's STEP_FAILURE record after it repeats the Failure
+        # with the stack of Dagster's own frames (its console is replaced only through run config, which
+        # `dg launch --partition` does not take from a partitioned job's defaults)
+        dg.get_dagster_logger().error(description)
+        raise dg.Failure(description=description, metadata={"error": type(exc).__name__, "step": what}) from None
 
 
 def postgres_resource() -> PostgresResource:

@@ -1,11 +1,12 @@
 """Postgres for the library: ``RETRIEVAL_DSN`` when set, else the project's embedded server.
 
 The package's face: the public names of ``server`` (the embedded server, DSN resolution and
-masking), ``sessions`` (``connect``, the partner session, the ``session`` pool) and ``command``
+masking), ``errors`` (one-line texts for a refused connection or privilege), ``sessions`` (``connect``, the partner session, the ``session`` pool) and ``command``
 (``python -m retrieval_assets.pg``). Patch a name in the module that defines it.
 """
 
 from retrieval_assets.pg.command import main
+from retrieval_assets.pg.errors import PrivilegeError, privilege_error, privileges
 from retrieval_assets.pg.server import (
     ENV_DSN,
     ENV_HOME,
@@ -33,6 +34,6 @@ from retrieval_assets.pg.sessions import (
 
 __all__ = [
     "ENV_DSN", "ENV_HOME", "ENV_SESSIONS", "IDLE_MAX", "SCAN_SESSIONS", "SERVER_SETTINGS", "START_TIMEOUT_S",
-    "ConnectError", "connect", "embedded_server", "ensure_extension", "main", "mask_dsn", "mask_secrets",
-    "partner", "project_home", "resolve_dsn", "search_sessions", "server_settings", "session", "stop_embedded",
+    "ConnectError", "PrivilegeError", "connect", "embedded_server", "ensure_extension", "main", "mask_dsn", "mask_secrets",
+    "partner", "privilege_error", "privileges", "project_home", "resolve_dsn", "search_sessions", "server_settings", "session", "stop_embedded",
 ]

@@ -22,7 +22,7 @@ from pgvector.psycopg import register_vector
 from psycopg import pq
 from psycopg.conninfo import conninfo_to_dict
 
-from retrieval_assets.pg import server
+from retrieval_assets.pg import errors, server
 
 log = logging.getLogger(__name__)
 
@@ -34,20 +34,10 @@ ENV_SESSIONS = "RETRIEVAL_SEARCH_SESSIONS"  # 1: no partner sessions (a server o
 SCAN_SESSIONS = min(2, os.cpu_count() or 1)  # the default; $RETRIEVAL_SEARCH_SESSIONS overrides it (``search_sessions``)
 
 
-def _describe(dsn: str) -> str:
-    try:
-        params = conninfo_to_dict(dsn)
-    except psycopg.ProgrammingError:
-        return "an unparseable DSN"
-    host = params.get("host") or os.environ.get("PGHOST") or "localhost"
-    port = params.get("port") or os.environ.get("PGPORT") or "5432"
-    dbname = params.get("dbname") or os.environ.get("PGDATABASE") or params.get("user") or "(default)"
-    return f"host={host} port={port} dbname={dbname}"
-
-
 def ensure_extension(conn: psycopg.Connection) -> None:
-    """``CREATE EXTENSION vector`` once, even when many connections race to do it."""
-    with conn.transaction():
+    """``CREATE EXTENSION vector`` once, even when many connections race to do it; a role that may not
+    (or a server without pgvector) raises ``errors.PrivilegeError`` giving the SQL a superuser must run."""
+    with errors.privileges(conn), conn.transaction():
         conn.execute("SELECT pg_advisory_xact_lock(hashtext('retrieval_assets.extension'))")
         conn.execute("CREATE EXTENSION IF NOT EXISTS vector")
 
@@ -80,8 +70,7 @@ def connect(dsn: str | None = None, *, autocommit: bool = True) -> psycopg.Conne
     try:
         conn = _Connection.connect(dsn, autocommit=autocommit, connect_timeout=10)
     except psycopg.Error as exc:
-        reason = str(exc).strip().splitlines()[-1] if str(exc).strip() else type(exc).__name__
-        raise server.ConnectError(server.mask_secrets(f"cannot connect to Postgres at {_describe(dsn)}: {reason}", dsn)) from None
+        raise errors.connect_failure(exc, dsn) from None
     try:
         if conn.execute("SELECT 1 FROM pg_extension WHERE extname = 'vector'").fetchone() is None:
             ensure_extension(conn)
