@@ -18,6 +18,7 @@ connection ``pg.ConnectError``), with nothing left running on either session.
 from __future__ import annotations
 
 import logging
+import threading
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -86,6 +87,7 @@ def retriever(conn: psycopg.Connection, schema: str, embedder: Embedder, params:
 _VERSION = "SELECT s.xmin::text, s.n, s.total_len, (SELECT fingerprint FROM {synced}) FROM {bm25_stats} s"
 _STATS: dict[tuple, dict[tuple, CorpusStats]] = {}  # (server, database, schema) -> {version: stats}, per process
 _STATS_KEPT = 4  # versions kept per schema (readers of a moment before and after a sync, at least)
+_STATS_LOCK = threading.Lock()
 
 
 def corpus_stats(conn: psycopg.Connection, schema: str) -> CorpusStats:
@@ -97,13 +99,16 @@ def corpus_stats(conn: psycopg.Connection, schema: str) -> CorpusStats:
 
 def _stats_of(conn: psycopg.Connection, schema: str, version: tuple | None) -> CorpusStats:
     """``corpus_stats`` for the ``_VERSION`` row ``version``, read inside the caller's snapshot."""
-    known = _STATS.setdefault((conn.info.host, conn.info.port, conn.info.dbname, schema), {})
-    stats = known.get(version := tuple(version or ()))
+    key, version = (conn.info.host, conn.info.port, conn.info.dbname, schema), tuple(version or ())
+    with _STATS_LOCK:
+        stats = _STATS.setdefault(key, {}).get(version)
     if stats is None or not version:
         stats = CorpusStats.from_texts([t for (t,) in conn.execute(statement(schema, "SELECT text FROM {chunks}"))])
-        while len(known) >= _STATS_KEPT:
-            known.pop(next(iter(known)))
-        known[version] = stats
+        with _STATS_LOCK:  # searches in other threads read and fill it too
+            known = _STATS[key]
+            while len(known) >= _STATS_KEPT:
+                known.pop(next(iter(known)))
+            known[version] = stats
     return stats
 
 
