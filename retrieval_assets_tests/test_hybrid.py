@@ -10,7 +10,7 @@ from retrieval_assets.corpus import golden as golden_set
 from retrieval_assets import pg
 from retrieval_assets.evaluation import metrics
 from retrieval_assets.index import store
-from retrieval_assets.search import dense, fusion, hybrid, pipeline, ts_rank, tsquery
+from retrieval_assets.search import dense, fusion, hybrid, ts_rank, tsquery
 from retrieval_assets.params import RetrievalParams
 from retrieval_assets.index.tables import statement
 from retrieval_assets.types import Chunk, Hit
@@ -328,50 +328,3 @@ def test_text_search_equals_ts_rank_cd_on_random_queries(indexed, schema, words,
     query = " ".join(words)
     expected = ts_rank_cd_list(conn, schema, query, n)
     assert [(h.chunk_id, h.score) for h in ts_rank.text_search(conn, schema, query, n)] == expected, query
-
-@pytest.mark.parametrize("lexical", ["ts_rank_cd", "bm25"])
-def test_first_stage_runs_the_graph_search_on_the_partner_beside_the_text_list(indexed, schema, golden, lexical, monkeypatch):
-    """With no transaction open, ``first_stage`` sends the whole HNSW search to ``pg.partner`` (its ef_search
-    and statement timeout set there) while the connection runs the ts_rank_cd list; beside BM25 it stays on
-    the connection. The lists of one session either way, ids, scores and ranks; inside a transaction (the
-    partner cannot see what it wrote) everything stays on the connection."""
-    conn, embedder, _ = indexed
-    params = RetrievalParams(n=60, lexical=lexical, statement_timeout_ms=4321)
-    sent = []
-    real = dense._partner_part
-    monkeypatch.setattr(dense, "_partner_part", lambda partner, *a: sent.append(partner) or real(partner, *a))
-    partner = dense.scan_partner(conn, False, "ts_rank_cd")
-    assert partner is not None and dense.scan_partner(conn, False) is None  # a vector search alone keeps its session
-    assert (dense.scan_partner(conn, False, lexical) is partner) == (lexical == "ts_rank_cd")
-    for q in golden[:12]:
-        vector = embedder.embed([q.query])[0]
-        beside = hybrid.first_stage(conn, schema, vector, q.query, params)
-        alone = hybrid.first_stage(conn, schema, vector, q.query, params, partner=None)
-        assert beside == alone and len(beside[0]) == 60
-    assert sent == ([partner] * 12 if lexical == "ts_rank_cd" else [])
-    if lexical == "bm25":
-        return
-    assert partner.execute("SHOW statement_timeout").fetchone()[0] == "4321ms"
-    assert partner.execute("SHOW hnsw.ef_search").fetchone()[0] == "40"  # ef_search 60 was local to its statement
-    sent.clear()
-    with conn.transaction():
-        assert dense.scan_partner(conn, False, "ts_rank_cd") is None
-        hybrid.first_stage(conn, schema, embedder.embed(["rank fusion"])[0], "rank fusion", params)
-    assert sent == []
-
-
-def test_a_graph_search_on_the_partner_past_its_limit_is_a_search_timeout(indexed, schema, monkeypatch):
-    """``pipeline.run`` asks for the partner before its timeout block opens; the partner's statement runs under
-    the same ``statement_timeout_ms``, and when it is cancelled the run raises ``SearchTimeout`` and both
-    sessions search on afterwards."""
-    conn, embedder, _ = indexed
-    retriever = pipeline.retriever(conn, schema, embedder, RetrievalParams())
-    assert not retriever.exact and dense.scan_partner(conn, retriever.exact, "ts_rank_cd") is not None
-    slow = dense._GRAPH.replace("FROM {chunks}", "FROM {chunks}, (SELECT pg_sleep(0.5)) AS slow")
-    monkeypatch.setattr(dense, "_GRAPH", slow)
-    with pytest.raises(pipeline.SearchTimeout, match="statement_timeout_ms=100"):
-        pipeline.run(conn, retriever, "rank fusion", RetrievalParams(lexical="ts_rank_cd", statement_timeout_ms=100))
-    monkeypatch.undo()
-    assert conn.execute("SHOW statement_timeout").fetchone()[0] == "0"
-    assert pipeline.run(conn, retriever, "rank fusion", RetrievalParams(lexical="ts_rank_cd", statement_timeout_ms=2500)).final
-    assert pg.partner(conn).execute("SHOW statement_timeout").fetchone()[0] == "2500ms"

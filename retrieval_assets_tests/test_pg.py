@@ -6,7 +6,7 @@ import time
 import pytest
 
 from retrieval_assets import pg
-from retrieval_assets.pg import server, sessions
+from retrieval_assets.pg import partners, server, sessions
 
 
 def _free_port() -> int:
@@ -191,42 +191,60 @@ def test_a_forked_child_leaves_its_parents_idle_connections_alone(pg_dsn):
         assert again.info.backend_pid == pid and again.execute("SELECT 1").fetchone() == (1,)
 
 
-def test_a_partner_ends_with_its_connection_and_not_in_a_forked_child(pg_dsn):
-    """``pg.partner``'s session is closed with the connection it serves; a forked child closing its copy of
-    that connection (or dropping it) leaves the parent's partner backend running."""
+def test_partners_are_pooled_per_process_and_not_closed_by_a_forked_child(pg_dsn, monkeypatch):
+    """``pg.lend_partner`` lends each search its own session from a pool of at most ``PARTNERS_MAX`` per process
+    and server, each holding a slot of the server (a search that finds none free gets None and runs alone); a
+    clean one goes back to the pool, a dirty one is closed; a forked child exiting leaves the parent's pooled
+    partners running, and the parent's exit closes them."""
     def alive(pid):
         with pg.connect(pg_dsn) as probe:
             return probe.execute("SELECT count(*) FROM pg_stat_activity WHERE pid = %s", (pid,)).fetchone()[0] == 1
 
+    for pool in ("_IDLE", "_OPEN", "_PAUSED_UNTIL"):  # this test's own pool, empty
+        monkeypatch.setattr(partners, pool, {})
+    monkeypatch.setattr(partners, "PARTNER_SLOTS", 1000)  # other tests' partners hold slots of this server too
     with pg.connect(pg_dsn) as conn:
-        other = pg.partner(conn)
-        assert other is not None and pg.partner(conn) is other
-        pid = other.info.backend_pid
-        for leave in (conn.close, atexit._run_exitfuncs):  # closing its copy; exiting with it unclosed (the finalizer)
-            child = os.fork()
-            if child == 0:
-                try:
-                    leave()
-                finally:
-                    os._exit(0)
-            os.waitpid(child, 0)
-            assert alive(pid) and other.execute("SELECT 1").fetchone() == (1,)
-    assert other.closed
+        lent = [pg.lend_partner(conn) for _ in range(pg.PARTNERS_MAX)]
+        assert None not in lent and len({p.info.backend_pid for p in lent}) == pg.PARTNERS_MAX
+        slots = conn.execute("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND granted AND pid = ANY(%s)",
+                             ([p.info.backend_pid for p in lent],)).fetchone()[0]
+        assert slots == pg.PARTNERS_MAX  # each holds a slot of the server
+        assert pg.lend_partner(conn) is None  # all lent: the next search runs alone
+        pg.give_back_partner(lent[0])
+        assert pg.lend_partner(conn) is lent[0]  # clean: lent again
+        lent[1].execute("BEGIN")  # left in a transaction: closed, and its slot free for a new one
+        pg.give_back_partner(lent[1])
+        assert lent[1].closed
+        fresh = pg.lend_partner(conn)
+        assert fresh is not None and fresh is not lent[1]
+        for other in (lent[0], fresh):
+            pg.give_back_partner(other)
+        pids = [p.info.backend_pid for p in (lent[0], fresh)]
+        child = os.fork()
+        if child == 0:  # the child's exit hooks run, then it leaves without the parent's partners
+            try:
+                atexit._run_exitfuncs()
+            finally:
+                os._exit(0)
+        os.waitpid(child, 0)
+        assert all(alive(pid) for pid in pids) and lent[0].execute("SELECT 1").fetchone() == (1,)
+    partners._close_idle()  # the parent's exit
+    assert lent[0].closed and fresh.closed
     for _ in range(50):  # the backend's exit is asynchronous to the client's close
-        if not alive(pid):
+        if not any(alive(pid) for pid in pids):
             break
         time.sleep(0.05)
-    assert not alive(pid)
+    assert not any(alive(pid) for pid in pids)
 
 
 def test_search_sessions_one_keeps_every_search_on_its_connection(pg_dsn, monkeypatch):
     """``$RETRIEVAL_SEARCH_SESSIONS=1`` (a server or pooler with few connections to spare): no partner session."""
     monkeypatch.setenv(pg.ENV_SESSIONS, "1")
-    with pg.connect(pg_dsn) as conn:
-        assert pg.partner(conn) is None
+    with pg.connect(pg_dsn) as conn, pg.partner(conn) as other:
+        assert other is None
     monkeypatch.setenv(pg.ENV_SESSIONS, " 2 ")
-    with pg.connect(pg_dsn) as conn:
-        assert pg.partner(conn) is not None
+    with pg.connect(pg_dsn) as conn, pg.partner(conn) as other:
+        assert other is not None
 
 
 @pytest.mark.parametrize("value", ["3", "0", "two", "1.5"])

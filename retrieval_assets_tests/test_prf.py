@@ -6,8 +6,6 @@ import bm25s
 import numpy as np
 import pytest
 
-from retrieval_assets import pg
-
 from retrieval_assets.index import copies, store
 
 from retrieval_assets.search import bm25_rank, dense, fusion, hybrid, pipeline
@@ -225,9 +223,9 @@ def _rocchio_case(conn, embedder, chunks, schema, golden, exact):
         cosine = matrix @ moved / np.linalg.norm(matrix, axis=1) / np.linalg.norm(moved)
         got, lexical_hits = hybrid.first_stage(conn, schema, vector, q.query, params, exact=exact)
         assert lexical_hits == first[1]
-        if exact:  # both trips split across the partner (pg.partner): the lists of one statement each
+        if exact:  # both trips split across a partner session (pg.lend_partner): the lists of one statement each
             dense._PAGES.get(conn, {}).pop(schema, None)
-            assert hybrid.first_stage(conn, schema, vector, q.query, params, exact=exact, partner=pg.partner(conn))[0] == got
+            assert hybrid.first_stage(conn, schema, vector, q.query, params, exact=exact, partner=True)[0] == got
             assert dense._PAGES[conn][schema] > 0
             assert hybrid.first_stage(conn, schema, vector, q.query, params, exact=exact, partner=None)[0] == got
         tolerance = 2e-3 if exact == "halfvec" else 1e-5

@@ -11,11 +11,11 @@ from pgvector.psycopg import register_vector
 from psycopg import sql
 
 from retrieval_assets import pg
-from retrieval_assets.pg import sessions
+from retrieval_assets.pg import partners, sessions
 
 from retrieval_assets.index import bm25, bulk, copies, store, tables, vector_index
 
-from retrieval_assets.search import bm25_rank, dense, hybrid, pipeline, ts_rank
+from retrieval_assets.search import bm25_rank, dense, hybrid, pipeline, snapshot, ts_rank
 from retrieval_assets.index.embed import HashEmbedder
 from retrieval_assets.params import RetrievalParams, hnsw_ef_search
 from retrieval_assets.search.rerank import LexicalReranker
@@ -529,15 +529,21 @@ def test_a_split_exact_scan_returns_the_lists_of_one_statement(table, schema, ha
         with table.transaction():
             one = dense.vector_search(table, schema, vector, 120, exact=exact)
         assert split == one  # ids, scores and ranks
-    assert pg.partner(table) is not None
     boundary = dense._PAGES[table][schema] // 2
     assert boundary > 0
-    # the pipeline splits too (asked before its timeout block opens), the partner's part under the same limit
+    # the pipeline splits too, the partner's part in the run's snapshot and under the same limit, local to its
+    # transaction: the partner goes back to the pool with its own settings
     retriever = pipeline.retriever(table, schema, HashEmbedder(), RetrievalParams())
     dense._PAGES[table].clear()  # filled again only by a split
     params = RetrievalParams(n=120, statement_timeout_ms=4321)
+    limits = []
+    real = snapshot._on_partner
+    monkeypatch.setattr(snapshot, "_on_partner", lambda partner, snap, ms, work: limits.append(ms) or real(partner, snap, ms, work))
     ran = pipeline.run(table, retriever, "topic3 note7", params).vector
-    assert pg.partner(table).execute("SHOW statement_timeout").fetchone()[0] == "4321ms"
+    monkeypatch.undo()
+    assert limits == [4321]
+    with pg.partner(table) as other:
+        assert other is not None and other.execute("SHOW statement_timeout").fetchone()[0] == "0"
     assert dense._PAGES[table][schema] in (2 * boundary, 2 * boundary + 1)
     assert ran == dense.vector_search(table, schema, HashEmbedder().embed(["topic3 note7"])[0], 120, exact=exact)
     twins = [h.chunk_id for h in dense.vector_search(table, schema, HashEmbedder().embed(["twin words exactly alike"])[0], 3, exact=exact)]
@@ -554,7 +560,8 @@ def test_a_split_exact_scan_returns_the_lists_of_one_statement(table, schema, ha
     expected = dense.vector_search(table, schema, vector, 120, exact=exact)
     with psycopg.connect(pg_dsn, autocommit=True) as other:  # not opened by pg.connect: no partner
         register_vector(other)
-        assert pg.partner(other) is None
+        with pg.partner(other) as none:
+            assert none is None
         assert dense.vector_search(other, schema, vector, 120, exact=exact) == expected
     monkeypatch.setenv(pg.ENV_SESSIONS, "1")
     assert dense.vector_search(table, schema, vector, 120, exact=exact) == expected
@@ -562,13 +569,16 @@ def test_a_split_exact_scan_returns_the_lists_of_one_statement(table, schema, ha
 
 def test_a_refused_partner_leaves_the_exact_scan_in_one_statement(table, schema, pg_dsn, monkeypatch, caplog):
     """A server that refuses the second session (max_connections reached, say): the search runs as one
-    statement with the same lists, the refusal is logged once, and the connection does not ask again."""
+    statement with the same lists, the refusal is logged, and the process does not ask again for
+    ``REFUSED_PAUSE_S``."""
     store.sync(table, schema, make_chunks("r", [f"topic{i % 7} note{i}" for i in range(200)]), HashEmbedder())
     with table.transaction():
         vector_index._record(table, schema, vector_index.VectorIndex("exact", 0.5, 1, 400, "test"))
     vector = HashEmbedder().embed(["topic3 note7"])[0]
     with table.transaction():
         expected = dense.vector_search(table, schema, vector, 50, exact=True)
+    for pool in ("_IDLE", "_OPEN", "_PAUSED_UNTIL"):  # this test's own pool, empty
+        monkeypatch.setattr(partners, pool, {})
     with pg.connect(pg_dsn) as fresh:
         calls = []
 
@@ -580,9 +590,11 @@ def test_a_refused_partner_leaves_the_exact_scan_in_one_statement(table, schema,
         with caplog.at_level("WARNING", logger="retrieval_assets.pg"):
             assert dense.vector_search(fresh, schema, vector, 50, exact=True) == expected
             assert dense.vector_search(fresh, schema, vector, 50, exact=True) == expected
-        assert len(calls) == 1 and pg.partner(fresh) is None
+        assert len(calls) == 1
+        with pg.partner(fresh) as other:
+            assert other is None
         assert [r.message for r in caplog.records].count(
-            "searches on this connection run in its session alone: a second session was refused "
+            "searches run in their own session for 30 s: the server refused a partner session "
             "(cannot connect to Postgres at test: sorry, too many clients already)") == 1
 
 

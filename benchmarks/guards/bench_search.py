@@ -36,9 +36,6 @@ vector in TOAST as the seed stored it (the table the issue's 1.13x to 1.24x were
 The default pipeline's first stage (the BM25 list, z-score fusion) is timed against both peers too:
 against the OR peer the two rank the same matches by different functions, so that row says what a
 user of the default gets, not the target's like-for-like ratio.
-The first stage is also timed against itself with everything on the connection (``partner=None``): with
-``ts_rank_cd`` the graph search runs on ``pg.partner`` meanwhile (``dense._BESIDE``); with BM25 both sides run
-the same code, a control of the pairing (about 1.00x).
 ``--against COMMIT`` also times this tree's first stage pairwise against that commit's (its
 hybrid, bm25 and tsquery from ``git show``, ``modules_at``, beside this tree's other modules) after checking
 that both return the same lists for every query.
@@ -210,14 +207,6 @@ def main(argv: list[str] | None = None) -> int:
         pair(f"default: first_stage ({default.lexical}) + {default.fusion}",
              lambda q: fusion.fuse(hybrid.first_stage(conn, schema, vectors[q], q, default), default)[: default.k],
              lambda q, template=template: peer(conn, schema, vectors[q], q, template=template), label)
-
-    # the graph search on pg.partner beside the text list (dense._BESIDE) against both lists on the connection
-    print(f"\nthe graph search beside the lexical list, pairwise; load now {common.load_average()}")
-    for params in (PARAMS, default):
-        pair(f"hybrid.first_stage ({params.lexical}), partner when it helps",
-             lambda q, p=params: hybrid.first_stage(conn, schema, vectors[q], q, p),
-             lambda q, p=params: hybrid.first_stage(conn, schema, vectors[q], q, p, partner=None),
-             "both lists on the connection", "with/without", None)
 
     if args.against:
         older = modules_at(args.against)["hybrid"]

@@ -16,7 +16,7 @@ checks that COMMIT's ``text_search`` and ``first_stage`` (its hybrid, bm25 and t
 return the same lists for every query, then times both pairwise, the order alternating (``common.pairwise``),
 per branch and for the whole first stage (the vector list, by the search the table was chosen to use,
 ``pipeline.retriever``, and ts_rank_cd, ``n`` each). The first stage is also timed against itself with
-both lists on the connection (``partner=None``).
+both lists on the connection (``partner=None``): on a table scanned exactly the partner takes half the scan.
 Prints figures only; never asserts. Targets: none of its own (issue 18's are bench_search's and scale's).
 """
 
@@ -77,7 +77,7 @@ def main(argv: list[str] | None = None) -> int:
     params = RetrievalParams(n=args.n, lexical="ts_rank_cd", ef_search=chosen.ef_search)
     stage = {"exact": chosen.exact}
     vectors = {q: embedder.embed([q])[0] for q in queries}
-    print(f"\nthe vector search on the partner beside the list (dense._BESIDE; {'an exact scan split' if chosen.exact else 'the graph search whole'}), "
+    print(f"\nthe first stage with a partner session when it helps ({'an exact scan split' if chosen.exact else 'none for a graph: a control'}), "
           f"pairwise; load now {common.load_average()}")
     common.compare(f"first_stage (ts_rank_cd), all {len(queries)} queries", *common.pairwise(
         lambda q: hybrid.first_stage(conn, schema, vectors[q], q, params, **stage),

@@ -152,8 +152,14 @@ def _apply_settings(uri: str) -> bool:
     """Put ``SERVER_SETTINGS`` in the embedded server's configuration (once; a reload applies most).
 
     True when one of them takes a restart (``shared_buffers``) and no other client is connected,
-    so that the caller may restart now; with clients connected it waits for the next start."""
-    with psycopg.connect(uri, autocommit=True, connect_timeout=10) as conn:
+    so that the caller may restart now; with clients connected it waits for the next start. A server that
+    refuses the connection (max_connections reached) is a ``ConnectError`` of one line."""
+    try:
+        connection = psycopg.connect(uri, autocommit=True, connect_timeout=10)
+    except psycopg.OperationalError as exc:
+        reason = str(exc).strip().splitlines()[-1] if str(exc).strip() else type(exc).__name__
+        raise ConnectError(mask_secrets(f"cannot connect to the embedded Postgres ({mask_dsn(uri)}): {reason}", uri)) from None
+    with connection as conn:
         changed, restart = False, []
         for name, current, context, _pending in _settings(conn):
             if current != SERVER_SETTINGS[name]:

@@ -1,10 +1,11 @@
-"""Connections to Postgres: ``connect``, the partner session a search runs beside a connection, and ``session``'s pool.
+"""Connections to Postgres: ``connect``, and ``session``'s pool.
 
 Contract: ``connect`` opens a connection to ``server.resolve_dsn``'s DSN with pgvector registered
 (the extension created if missing) or raises ``ConnectError`` naming host, port and database but
-never the password. ``partner`` gives a connection a second session (``$RETRIEVAL_SEARCH_SESSIONS``
-1 turns that off), closed with it. ``session`` lends a connection for a block and keeps up to
-``IDLE_MAX`` clean idle ones per process and server for the next block.
+never the password; ``dsn_of`` and ``describe`` give back what it connected to. ``search_sessions`` reads
+``$RETRIEVAL_SEARCH_SESSIONS`` (whether searches borrow a partner session, ``pg.partners``). ``session``
+lends a connection for a block and keeps up to ``IDLE_MAX`` clean idle ones per process and server for
+the next block.
 """
 
 from __future__ import annotations
@@ -27,10 +28,9 @@ from retrieval_assets.pg import errors, server
 log = logging.getLogger(__name__)
 
 ENV_SESSIONS = "RETRIEVAL_SEARCH_SESSIONS"  # 1: no partner sessions (a server or pooler with few connections to spare)
-# Sessions a search runs in (``partner``; hybrid): one per core, at most two. An exact vector scan is split
-# across them (Postgres's own parallel scan starts a fresh worker process for every query, which at 100k
-# chunks began scanning 5 to 6 ms after the leader; two long-lived sessions each scanning half the pages do
-# not wait for one), and a graph search runs in the second while the first runs the lexical list.
+# Sessions a search runs in (``pg.partners``): one per core, at most two. An exact vector scan is split across
+# them (Postgres's own parallel scan starts a fresh worker process for every query, which at 100k chunks began
+# scanning 5 to 6 ms after the leader; two long-lived sessions each scanning half the pages do not wait for one).
 SCAN_SESSIONS = min(2, os.cpu_count() or 1)  # the default; $RETRIEVAL_SEARCH_SESSIONS overrides it (``search_sessions``)
 
 
@@ -68,7 +68,7 @@ def connect(dsn: str | None = None, *, autocommit: bool = True) -> psycopg.Conne
         raise server.ConnectError("the Postgres DSN is not a valid connection string or URL (not shown: it may hold a "
                                   f"password); check ${server.ENV_DSN} or --dsn") from None
     try:
-        conn = _Connection.connect(dsn, autocommit=autocommit, connect_timeout=10)
+        conn = psycopg.Connection.connect(dsn, autocommit=autocommit, connect_timeout=10)
     except psycopg.Error as exc:
         raise errors.connect_failure(exc, dsn) from None
     try:
@@ -85,54 +85,17 @@ def connect(dsn: str | None = None, *, autocommit: bool = True) -> psycopg.Conne
 
 
 _OPENED_WITH: weakref.WeakKeyDictionary[psycopg.Connection, str] = weakref.WeakKeyDictionary()  # connect's DSN of each connection
-_PARTNERS: weakref.WeakKeyDictionary[psycopg.Connection, tuple[int, psycopg.Connection]] = weakref.WeakKeyDictionary()
-_PARTNERS_LOCK = threading.Lock()
 
 
-def _close_if_ours(other: psycopg.Connection, owner: int) -> None:
-    """Close ``other`` if process ``owner`` (this one) opened it: a forked child's copy belongs to its parent."""
-    if owner == os.getpid():
-        other.close()
+def dsn_of(conn: psycopg.Connection) -> str | None:
+    """The DSN ``connect`` opened ``conn`` with (None for a connection opened elsewhere)."""
+    return _OPENED_WITH.get(conn)
 
 
-def _close_partner(conn: psycopg.Connection) -> None:
-    """End ``conn``'s partner's backend (``_close_if_ours``) and forget it."""
-    with _PARTNERS_LOCK:
-        owner, other = _PARTNERS.pop(conn, (None, None))
-    if other is not None:
-        _close_if_ours(other, owner)
-
-
-class _Connection(psycopg.Connection):
-    """psycopg's connection, whose partner (``partner``) is closed with it."""
-
-    def close(self) -> None:
-        super().close()
-        _close_partner(self)
-
-
-def partner(conn: psycopg.Connection) -> psycopg.Connection | None:
-    """A second autocommit connection to ``conn``'s server that runs part of a search beside it, opened
-    on first use and kept while ``conn`` lives (closed with it, or at exit); None with ``search_sessions()`` 1,
-    when ``conn`` was not opened by ``connect``, or when the server refused the second connection (e.g.
-    max_connections reached: logged once, and ``conn`` searches alone from then on). It reads what is
-    committed: a caller holding a transaction open on ``conn`` must not use it (search.dense.scan_partner checks)."""
+def describe(conn: psycopg.Connection) -> str:
+    """``host=... port=... dbname=...`` of a ``connect``-ed connection (no password), for messages."""
     dsn = _OPENED_WITH.get(conn)
-    if search_sessions() < 2 or dsn is None or conn.closed:
-        return None
-    with _PARTNERS_LOCK:
-        owner, other = _PARTNERS.get(conn, (None, None))
-        if owner == os.getpid() and (other is None or not _broken(other)):
-            return other
-        try:
-            other = connect(dsn)
-        except server.ConnectError as exc:
-            log.warning("searches on this connection run in its session alone: a second session was refused (%s)", exc)
-            other = None
-        else:
-            weakref.finalize(conn, _close_if_ours, other, os.getpid())  # a connection dropped unclosed
-        _PARTNERS[conn] = (os.getpid(), other)
-        return other
+    return errors.describe(dsn) if dsn else "the server"
 
 
 IDLE_MAX = 2  # idle connections a process keeps per server between ``session`` blocks
@@ -159,7 +122,7 @@ def session(dsn: str | None = None) -> Iterator[psycopg.Connection]:
         idle = _IDLE.get(key, [])
         while idle and conn is None:
             candidate = idle.pop()
-            if _broken(candidate):
+            if broken(candidate):
                 candidate.close()
             else:
                 conn = candidate
@@ -184,13 +147,13 @@ def _close_idle() -> None:
         _IDLE.clear()
 
 
-def _broken(conn: psycopg.Connection) -> bool:
+def broken(conn: psycopg.Connection) -> bool:
     """Closed, or its socket failed: not to be handed out or kept."""
     return conn.closed or conn.info.status != pq.ConnStatus.OK
 
 
 def _give_back(key: tuple[int, str], conn: psycopg.Connection, row_factory) -> None:
-    if _broken(conn) or not conn.autocommit or conn.row_factory is not row_factory:
+    if broken(conn) or not conn.autocommit or conn.row_factory is not row_factory:
         conn.close()
         return
     try:

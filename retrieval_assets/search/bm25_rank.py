@@ -15,6 +15,7 @@ import numpy as np
 import psycopg
 
 from retrieval_assets.index.tables import statement
+from retrieval_assets.search import snapshot
 from retrieval_assets.search.tsquery import LEXEMES, PARSED, clean
 from retrieval_assets.types import Hit, as_hits
 
@@ -82,8 +83,10 @@ def bm25_search(conn: psycopg.Connection, schema: str, query: str, n: int = 50, 
     scores below the idf sum of the other terms; when the n-th lead score reaches that bound the
     answer is final, without reading the long postings of frequent terms. Otherwise the lead
     grows, and when lookups would cost more than reading every posting, every posting is read.
+    The statements read one snapshot (``snapshot.search``): a sync committing meanwhile is not half seen.
     """
-    return send_bm25(conn, schema, query, n, k1=k1, b=b)()
+    with snapshot.search(conn):
+        return send_bm25(conn, schema, query, n, k1=k1, b=b)()
 
 
 def send_bm25(conn: psycopg.Connection, schema: str, query: str, n: int = 50, *, k1: float = 1.2,
@@ -124,9 +127,10 @@ def weighted_search(conn: psycopg.Connection, schema: str, terms: Mapping[str, f
     kept = sorted(t for t, w in weights.items() if w > 0)
     if n < 1 or not kept:
         return []
-    rows = conn.execute(statement(schema, _TERM_STATS), {"terms": kept}).fetchall()
-    query = _terms([(None, *r) for r in rows], weights)
-    return [] if query is None else _top(conn, schema, query, n, k1, b)
+    with snapshot.search(conn):  # the statistics and the postings of one state
+        rows = conn.execute(statement(schema, _TERM_STATS), {"terms": kept}).fetchall()
+        query = _terms([(None, *r) for r in rows], weights)
+        return [] if query is None else _top(conn, schema, query, n, k1, b)
 
 
 # the corpus size and mean length, and the document frequencies of the lexemes %(terms)s, rarest first
@@ -216,9 +220,10 @@ def send_expand(conn: psycopg.Connection, schema: str, query: dict, feedback: li
 
 def expanded_search(conn: psycopg.Connection, schema: str, query: str, n: int = 50, *, docs: int = 10, terms: int = 10,
                     weight: float = 0.5, k1: float = 1.2, b: float = 0.75) -> list[Hit]:
-    """``bm25_search``, then RM3 feedback from its top ``docs`` chunks (``send_expand``); [] when the
-    first search finds nothing."""
-    hits, found = send_query(conn, schema, query, n, k1=k1, b=b)()
-    if found is None or not hits or docs < 1:
-        return hits
-    return send_expand(conn, schema, found, hits[:docs], n, terms_kept=terms, weight=weight, k1=k1, b=b)()
+    """``bm25_search``, then RM3 feedback from its top ``docs`` chunks (``send_expand``), in one snapshot; [] when
+    the first search finds nothing."""
+    with snapshot.search(conn):
+        hits, found = send_query(conn, schema, query, n, k1=k1, b=b)()
+        if found is None or not hits or docs < 1:
+            return hits
+        return send_expand(conn, schema, found, hits[:docs], n, terms_kept=terms, weight=weight, k1=k1, b=b)()

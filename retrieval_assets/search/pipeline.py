@@ -7,32 +7,37 @@ reranks the whole fused pool with the retriever's reranker (when ``params.rerank
 one; blended with the fused score by ``params.rerank_weight``), applies MMR (when
 ``params.mmr_lambda`` is set) and returns a ``Trace`` of every list, best first, with
 the pool's chunks as fetched once. Evaluation, diagnosis, answers, benchmarks and the assets
-all call it. User query text never raises: a query longer than ``params.MAX_QUERY_CHARS``
-characters or ``MAX_QUERY_TERMS`` terms, or with a run of more than ``MAX_QUERY_NEGATIONS``
-negations, is cut (``params.limit_query``, and the cut logged); every search statement
-runs under ``params.statement_timeout_ms``, and a timeout raises ``SearchTimeout``.
+all call it. Every statement of a run reads one snapshot (``snapshot.search``), the pool's fetch and the
+corpus statistics of a corpus-idf rerank (``corpus_stats``, cached per index version) included: a sync
+committing meanwhile is seen wholly or not at all. User query text never raises: a query longer than
+``params.MAX_QUERY_CHARS`` characters or ``MAX_QUERY_TERMS`` terms, or with a run of more than
+``MAX_QUERY_NEGATIONS`` negations, is cut (``params.limit_query``, and the cut logged); every search
+statement runs under ``params.statement_timeout_ms``, and a timeout raises ``SearchTimeout`` (a lost
+connection ``pg.ConnectError``), with nothing left running on either session.
 """
 
 from __future__ import annotations
 
 import logging
-from contextlib import contextmanager
+import threading
 from dataclasses import dataclass, field
 
 import numpy as np
 import psycopg
-from psycopg import pq
 from psycopg.rows import dict_row
 
 from retrieval_assets.index import copies, vector_index
 
-from retrieval_assets.search import dense, fusion, hybrid
+from retrieval_assets.search import dense, fusion, hybrid, snapshot
 from retrieval_assets.index.embed import Embedder
 from retrieval_assets.params import (DEFAULT, MAX_QUERY_CHARS, MAX_QUERY_NEGATIONS, MAX_QUERY_TERMS, RetrievalParams, hnsw_ef_search,
                                      limit_query)
 from retrieval_assets.search.rerank import CorpusStats, LexicalReranker, Reranker, blend, mmr
 from retrieval_assets.index.tables import chunk_of, column_list, statement
+from retrieval_assets.search.snapshot import SearchTimeout
 from retrieval_assets.types import Chunk, Hit, Ranked
+
+__all__ = ["Retriever", "SearchTimeout", "Trace", "corpus_stats", "fetch", "first_stage_key", "retriever", "run"]
 
 
 log = logging.getLogger(__name__)
@@ -47,6 +52,7 @@ class Retriever:
     reranker: Reranker | None = None
     ef_search: int | None = None  # the least hnsw.ef_search the table's graph reaches its recall target at (vector_index.vector_index)
     exact: bool | str = False  # the table was chosen to scan exactly: its narrow copy's vector type ("vector", "halfvec"; copies.exact_copy)
+    corpus_idf: bool = False  # the LexicalReranker's corpus statistics are the schema's: each run reads them in its snapshot
 
 
 @dataclass(frozen=True)
@@ -68,28 +74,44 @@ def retriever(conn: psycopg.Connection, schema: str, embedder: Embedder, params:
     pool's idf or (``params.rerank_idf == "corpus"``) the idf of every chunk in ``schema`` (``corpus_stats``); with the
     ef_search the table's graph was chosen at after its last bulk load (``vector_index.choose_vector_index``), if any, or
     the exact scan of its narrow copy when that was chosen."""
+    live = reranker is None and params.rerank_idf == "corpus"
     if reranker is None:
-        reranker = LexicalReranker(corpus=corpus_stats(conn, schema) if params.rerank_idf == "corpus" else None)
+        reranker = LexicalReranker(corpus=corpus_stats(conn, schema) if live else None)
     chosen = vector_index.vector_index(conn, schema)
     if chosen is not None and chosen.kind == "exact" and (copy := copies.exact_copy_type(conn, schema)):
-        return Retriever(schema, embedder, reranker, exact=copy)
-    return Retriever(schema, embedder, reranker, chosen.ef_search if chosen is not None and chosen.kind == "hnsw" else None)
+        return Retriever(schema, embedder, reranker, exact=copy, corpus_idf=live)
+    return Retriever(schema, embedder, reranker, chosen.ef_search if chosen is not None and chosen.kind == "hnsw" else None, corpus_idf=live)
 
 
-_STATS: dict[tuple, tuple[tuple, CorpusStats]] = {}  # (server, database, schema) -> (fingerprint, stats), per process
+# The index's version, read in a search's snapshot: the bm25_stats row is rewritten by every store write that
+# changes chunk texts (its triggers), and the synced row holds the last sync's fingerprint (cleared by any
+# other write to chunks). Equal versions: equal texts, so equal CorpusStats.
+_VERSION = "SELECT s.xmin::text, s.n, s.total_len, (SELECT fingerprint FROM {synced}) FROM {bm25_stats} s"
+_STATS: dict[tuple, dict[tuple, CorpusStats]] = {}  # (server, database, schema) -> {version: stats}, per process
+_STATS_KEPT = 4  # versions kept per schema (readers of a moment before and after a sync, at least)
+_STATS_LOCK = threading.Lock()
 
 
 def corpus_stats(conn: psycopg.Connection, schema: str) -> CorpusStats:
-    """The ``CorpusStats`` of every chunk in ``schema``, read once per process and table content: a
-    fingerprint computed in Postgres (row count and a sum of text hashes, no text sent) is checked on
-    each call, and the texts are read again only when it changed."""
-    fingerprint = tuple(conn.execute(statement(schema, "SELECT count(*), coalesce(sum(hashtext(chunk_id || text)), 0) FROM {chunks}")).fetchone())
-    key = (conn.info.host, conn.info.port, conn.info.dbname, schema)
-    cached = _STATS.get(key)
-    if cached is None or cached[0] != fingerprint:
-        texts = [t for (t,) in conn.execute(statement(schema, "SELECT text FROM {chunks}"))]
-        _STATS[key] = cached = (fingerprint, CorpusStats.from_texts(texts))
-    return cached[1]
+    """The ``CorpusStats`` of every chunk in ``schema`` as one snapshot holds them, read once per process and
+    index version (``_VERSION``: one row, no text sent); the texts are read again only for a new version."""
+    with snapshot.search(conn):
+        return _stats_of(conn, schema, conn.execute(statement(schema, _VERSION)).fetchone())
+
+
+def _stats_of(conn: psycopg.Connection, schema: str, version: tuple | None) -> CorpusStats:
+    """``corpus_stats`` for the ``_VERSION`` row ``version``, read inside the caller's snapshot."""
+    key, version = (conn.info.host, conn.info.port, conn.info.dbname, schema), tuple(version or ())
+    with _STATS_LOCK:
+        stats = _STATS.setdefault(key, {}).get(version)
+    if stats is None or not version:
+        stats = CorpusStats.from_texts([t for (t,) in conn.execute(statement(schema, "SELECT text FROM {chunks}"))])
+        with _STATS_LOCK:  # searches in other threads read and fill it too
+            known = _STATS[key]
+            while len(known) >= _STATS_KEPT:
+                known.pop(next(iter(known)))
+            known[version] = stats
+    return stats
 
 
 def fetch(conn: psycopg.Connection, schema: str, chunk_ids: list[str], *, vectors: bool = True) -> dict[str, tuple[Chunk, np.ndarray | None]]:
@@ -108,63 +130,6 @@ def _send_fetch(conn: psycopg.Connection, schema: str, chunk_ids: list[str], vec
         with cur:
             return {r["chunk_id"]: (chunk_of(r), r["embedding"].to_numpy() if vectors else None) for r in cur.fetchall()}
     return read
-
-
-class SearchTimeout(RuntimeError):
-    """A search statement ran past ``statement_timeout_ms``; the message says which limit."""
-
-
-@contextmanager
-def timeout(conn: psycopg.Connection, ms: int):
-    """The block's statements stop after ``ms`` milliseconds (0: no limit), raising ``SearchTimeout``.
-
-    On an idle autocommit connection whose libpq has pipeline mode the block runs in one pipeline:
-    the limit is set for the session with the block's first statements and put back to its
-    earlier value with its last, so neither costs a round trip (``_session_timeout``). Results of
-    statements sent inside can be read after the block. Any other connection gets one
-    transaction (a savepoint inside the caller's) and the limit local to the transaction, as before."""
-    try:
-        if (isinstance(conn, psycopg.Connection) and psycopg.Pipeline.is_supported() and conn.autocommit
-                and conn.info.transaction_status == pq.TransactionStatus.IDLE):
-            with _session_timeout(conn, ms):
-                yield
-        else:
-            with conn.transaction():
-                if ms:
-                    conn.execute("SELECT set_config('statement_timeout', %s, true)", (str(ms),))
-                yield
-    except psycopg.errors.QueryCanceled:
-        raise SearchTimeout(f"a search statement ran past statement_timeout_ms={ms} and was cancelled "
-                            "(RetrievalParams.statement_timeout_ms; 0 lifts the limit)") from None
-
-
-_RESTORE = "SELECT set_config('statement_timeout', %s, false)"
-
-
-@contextmanager
-def _session_timeout(conn: psycopg.Connection, ms: int):
-    """``timeout``'s pipeline: the session's statement_timeout read and set in the first batch, put back
-    in the last one, or (when the block fails) by a statement of its own after it. A first batch that
-    failed rolled its setting back with it (a setting is transactional)."""
-    before = None
-    try:
-        with conn.pipeline():
-            if ms:
-                before = conn.execute("SELECT current_setting('statement_timeout'), set_config('statement_timeout', %s, false)",
-                                      (str(ms),))
-            yield
-            if before is not None:
-                conn.execute(_RESTORE, (before.fetchone()[0],))
-                before = None
-    except BaseException:
-        if before is not None:
-            try:
-                row = before.fetchone()
-            except psycopg.Error:
-                row = None
-            if row is not None:
-                conn.execute(_RESTORE, (row[0],))
-        raise
 
 
 def first_stage_key(query: str, params: RetrievalParams) -> tuple:
@@ -200,25 +165,31 @@ def run(conn: psycopg.Connection, retriever: Retriever, query: str, params: Retr
         vector_q, vector, text = first_stage.query_vector, first_stage.vector, first_stage.text
     rows = {} if rows is None else rows
     read_rows = None
-    partner = dense.scan_partner(conn, retriever.exact, params.lexical) if first_stage is None else None  # asked before the block opens
-    with timeout(conn, params.statement_timeout_ms):
+    wanted = first_stage is None and dense.wants_partner(retriever.exact)
+    with snapshot.search(conn, params.statement_timeout_ms, partner=wanted):
+        rerank = retriever.reranker is not None and params.rerank
+        version = (conn.execute(statement(retriever.schema, _VERSION))
+                   if rerank and retriever.corpus_idf and isinstance(retriever.reranker, LexicalReranker) else None)
         if first_stage is None:
-            vector, text = hybrid.first_stage(conn, retriever.schema, vector_q, query, params, exact=retriever.exact, partner=partner)
+            vector, text = hybrid.first_stage(conn, retriever.schema, vector_q, query, params, exact=retriever.exact)
         fused = fusion.fuse([vector, text], params)[: params.n]
-        if retriever.reranker is None or not params.rerank or not fused:
+        if not rerank or not fused:
             return Trace(vector_q, vector, text, fused, fused, fused[: params.k])
+        reranker = retriever.reranker
+        if version is not None:  # the corpus statistics of this snapshot
+            reranker = LexicalReranker(reranker.k1, reranker.b, corpus=_stats_of(conn, retriever.schema, version.fetchone()))
         # MMR needs the pool's vectors; without it the fetch leaves them in Postgres
         vectors = params.mmr_lambda is not None
         missing = [r.chunk_id for r in fused if r.chunk_id not in rows or (vectors and rows[r.chunk_id][1] is None)]
         if missing:
-            read_rows = _send_fetch(conn, retriever.schema, missing, vectors)  # read after the block: one trip with its last statement
+            read_rows = _send_fetch(conn, retriever.schema, missing, vectors)  # read after the block: one trip with its COMMIT
     if read_rows is not None:
         rows.update(read_rows())
     pool = [rows[r.chunk_id][0] for r in fused if r.chunk_id in rows]
     chunks = {c.chunk_id: c for c in pool}
     evidence = {r.chunk_id: r.score for r in fused}
     if params.rerank_weight > 0:
-        reranked = blend(retriever.reranker.rerank(query, pool, len(pool)), evidence, params.rerank_weight)
+        reranked = blend(reranker.rerank(query, pool, len(pool)), evidence, params.rerank_weight)
     else:  # the fused order, the pool's positions as ranks
         reranked = [Ranked(c.chunk_id, evidence[c.chunk_id], i, (i,)) for i, c in enumerate(pool, 1)]
     if params.mmr_lambda is None:
