@@ -21,6 +21,7 @@ from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict
 
 from retrieval_assets import pg
+from retrieval_assets.defs import remote  # noqa: F401 - a Celery task's instance never starts an embedded server
 
 DATABASE = "dagster"
 POOL_RECYCLE_S = 3600  # the pool's connections are replaced after an hour

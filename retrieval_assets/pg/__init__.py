@@ -5,6 +5,7 @@ masking), ``sessions`` (``connect``, the partner session, the ``session`` pool) 
 (``python -m retrieval_assets.pg``). Patch a name in the module that defines it.
 """
 
+from retrieval_assets.pg import identity
 from retrieval_assets.pg.command import main
 from retrieval_assets.pg.server import (
     ENV_DSN,
@@ -16,6 +17,7 @@ from retrieval_assets.pg.server import (
     mask_dsn,
     mask_secrets,
     project_home,
+    refuse_embedded_when,
     resolve_dsn,
     server_settings,
     stop_embedded,
@@ -33,6 +35,6 @@ from retrieval_assets.pg.sessions import (
 
 __all__ = [
     "ENV_DSN", "ENV_HOME", "ENV_SESSIONS", "IDLE_MAX", "SCAN_SESSIONS", "SERVER_SETTINGS", "START_TIMEOUT_S",
-    "ConnectError", "connect", "embedded_server", "ensure_extension", "main", "mask_dsn", "mask_secrets",
-    "partner", "project_home", "resolve_dsn", "search_sessions", "server_settings", "session", "stop_embedded",
+    "ConnectError", "connect", "embedded_server", "ensure_extension", "identity", "main", "mask_dsn", "mask_secrets",
+    "partner", "project_home", "refuse_embedded_when", "resolve_dsn", "search_sessions", "server_settings", "session", "stop_embedded",
 ]

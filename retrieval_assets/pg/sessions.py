@@ -34,7 +34,8 @@ ENV_SESSIONS = "RETRIEVAL_SEARCH_SESSIONS"  # 1: no partner sessions (a server o
 SCAN_SESSIONS = min(2, os.cpu_count() or 1)  # the default; $RETRIEVAL_SEARCH_SESSIONS overrides it (``search_sessions``)
 
 
-def _describe(dsn: str) -> str:
+def describe(dsn: str) -> str:
+    """``host=... port=... dbname=...`` of ``dsn`` (the libpq defaults where it names none); never the password."""
     try:
         params = conninfo_to_dict(dsn)
     except psycopg.ProgrammingError:
@@ -81,7 +82,7 @@ def connect(dsn: str | None = None, *, autocommit: bool = True) -> psycopg.Conne
         conn = _Connection.connect(dsn, autocommit=autocommit, connect_timeout=10)
     except psycopg.Error as exc:
         reason = str(exc).strip().splitlines()[-1] if str(exc).strip() else type(exc).__name__
-        raise server.ConnectError(server.mask_secrets(f"cannot connect to Postgres at {_describe(dsn)}: {reason}", dsn)) from None
+        raise server.ConnectError(server.mask_secrets(f"cannot connect to Postgres at {describe(dsn)}: {reason}", dsn)) from None
     try:
         if conn.execute("SELECT 1 FROM pg_extension WHERE extname = 'vector'").fetchone() is None:
             ensure_extension(conn)
