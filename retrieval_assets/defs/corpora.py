@@ -19,6 +19,7 @@ from retrieval_assets.defs.corpus import corpus_assets
 from retrieval_assets.defs.diagnosis import diagnosis_assets
 from retrieval_assets.defs.evaluation import evaluation_assets
 from retrieval_assets.defs.index import index_assets
+from retrieval_assets.defs import remote
 from retrieval_assets.defs.jobs import corpus_jobs
 from retrieval_assets.defs.resources import PostgresResource
 
@@ -39,7 +40,15 @@ def corpora() -> dg.Definitions:
     """Read where the graph runs from: the registry, and the server its jobs' runs carry as a tag, which
     each of their steps checks (``defs/remote.py``: a step elsewhere never falls back to its own server)."""
     postgres = PostgresResource(schema_prefix=partitions.env_prefix())  # no dsn: $RETRIEVAL_DSN, else the embedded default
-    with postgres.connect() as conn:
-        registered = registry.listed(conn, postgres.history_schema)
-        server = pg.identity.identify(conn, postgres.dsn, postgres.schema_prefix)
+    try:
+        with postgres.connect() as conn:
+            registered = registry.listed(conn, postgres.history_schema)
+            server = pg.identity.identify(conn, postgres.dsn, postgres.schema_prefix)
+    except pg.ConnectError:
+        if remote.refusal() is None:
+            raise
+        # A remote step's process without RETRIEVAL_DSN (defs/remote.py): the fixture's definitions, read from
+        # no server, so that its step fails with the one line naming RETRIEVAL_DSN and the run's server (an
+        # error of the definitions load reaches the launcher through Celery without its cause).
+        return definitions_for([registry.FIXTURE_CORPUS])
     return definitions_for(registered, server.tag())

@@ -18,6 +18,8 @@ needs a job Dagster can rebuild there and a persistent instance (the root ``dags
 
 from __future__ import annotations
 
+import warnings
+
 import dagster as dg
 from dagster._core.definitions.executor_definition import (
     IN_PROC_CONFIG,
@@ -75,5 +77,7 @@ def retrieval_executor(init_context: InitExecutorContext) -> dg.Executor:
     if name == "multiprocess":
         return _core_multiprocess_executor_creation(config)
     chosen = OPTIONAL[name]
+    if name == "celery":  # dagster-celery defines its task again for every step it sends; Celery warns each time
+        warnings.filterwarnings("ignore", message="Task name 'execute_plan' is already registered")
     return chosen.executor_creation_fn(InitExecutorContext(job=init_context.job, executor_def=chosen, executor_config=config,
                                                            instance=init_context.instance))
