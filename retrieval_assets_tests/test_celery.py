@@ -150,9 +150,13 @@ def test_every_step_of_the_main_job_runs_on_the_worker_of_a_second_copy(host, pg
 
     defs = dg.load_from_defs_folder(path_within_project=ROOT / "retrieval_assets")
     value = defs.load_asset_value(["fixture", "failure_report"], partition_key="hash", instance=instance)
-    from retrieval_assets.evaluation import diagnose
+    from retrieval_assets.evaluation import diagnose, history
 
     assert diagnose.render(value) == text  # the value read back from Postgres is the report the worker wrote
+    with pg.connect(pg_dsn) as conn:  # and its text is kept in Postgres
+        kept = history.latest_report(conn, PREFIX + partitions.HISTORY, partition="hash")
+    assert kept["run_id"] == run.run_id and kept["report"] == text
+    assert report.asset_materialization.metadata["local_copy"].value.startswith(socket.gethostname() + ":" + str(folder))
     # nothing on the launcher's disk: its RETRIEVAL_HOME holds no report, no server; the worker's has the local copy
     assert not (tmp_path / "launcher" / ".retrieval" / "reports").exists()
     assert not (tmp_path / "launcher" / ".retrieval" / "pgdata").exists()
