@@ -173,7 +173,7 @@ def step():
         return "refused: " + str(exc)
     return "started"
 print(step.delay().get())
-print("outside a task:", pg.resolve_dsn().startswith("postgresql"))
+print("outside a task:", retrieval_assets.defs.resources.remote.refusal())
 """
 
 
@@ -184,5 +184,19 @@ def test_a_celery_task_without_retrieval_dsn_refuses_the_embedded_server_in_one_
     assert done.returncode == 0, done.stderr[-2000:]
     task, outside = done.stdout.strip().splitlines()
     assert task.startswith("refused: RETRIEVAL_DSN is not set in a Celery task (") and "private embedded Postgres" in task
-    assert outside == "outside a task: True"  # the same process, outside a task: the embedded default as before
-    pg.stop_embedded(tmp_path / ".retrieval" / "pgdata")
+    assert outside == "outside a task: None"  # the same process, outside a task: the embedded default as before
+    assert not (tmp_path / ".retrieval").exists()
+
+
+def test_dagster_api_execute_step_without_retrieval_dsn_refuses_the_embedded_server(tmp_path):
+    """The process the Kubernetes and Docker step executors start (`dagster api execute_step`) loads the
+    instance and the definitions before its step: there the embedded default is refused outright."""
+    code = ("import sys; sys.argv = ['dagster', 'api', 'execute_step']\n"
+            "import retrieval_assets.defs.remote\nfrom retrieval_assets import pg\n"
+            "try:\n    pg.resolve_dsn()\nexcept pg.ConnectError as exc:\n    print('refused:', exc)\n")
+    environment = {k: v for k, v in os.environ.items() if k != "RETRIEVAL_DSN"}
+    environment.update(RETRIEVAL_HOME=str(tmp_path))
+    done = subprocess.run([sys.executable, "-c", code], env=environment, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.startswith("refused: RETRIEVAL_DSN is not set in `dagster api execute_step` on ")
+    assert not (tmp_path / ".retrieval").exists()
