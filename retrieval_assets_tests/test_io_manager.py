@@ -231,10 +231,10 @@ def test_the_defs_folder_registers_it_on_the_environment_postgres(monkeypatch, p
 # --- two partitions of the real job at once, on the multiprocess executor --------------------
 
 def evaluate_embedders_multiprocess() -> dg.JobDefinition:
-    """``evaluate_embedders`` from the defs folder on the multiprocess executor (every step in its
-    own process), rebuilt in each step process from the environment (``dg.reconstructable``)."""
+    """``evaluate_embedders`` from the defs folder as it is (the multiprocess executor is chosen by run
+    config below), rebuilt in each step process from the environment (``dg.reconstructable``)."""
     defs = dg.load_from_defs_folder(path_within_project=DEFS_FOLDER)
-    return defs.resolve_job_def("evaluate_embedders").with_executor_def(dg.multiprocess_executor)
+    return defs.resolve_job_def("evaluate_embedders")
 
 
 @pytest.mark.slow
@@ -247,7 +247,7 @@ def test_two_partitions_of_evaluate_embedders_in_parallel_on_the_multiprocess_ex
     monkeypatch.setenv("RETRIEVAL_SCHEMA_PREFIX", PREFIX)
     monkeypatch.setenv("RETRIEVAL_HOME", str(tmp_path))  # reports and the like outside the tree
     job = dg.reconstructable(evaluate_embedders_multiprocess)
-    run_config = {"execution": {"config": {"max_concurrent": 2}}}
+    run_config = {"execution": {"config": {"multiprocess": {"max_concurrent": 2}}}}
     home = tmp_path / "dagster_home"  # a persistent instance, which the step processes open too
     home.mkdir()
     with dg.DagsterInstance.local_temp(str(home)) as instance:
