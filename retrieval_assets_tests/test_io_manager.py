@@ -192,7 +192,7 @@ def test_a_re_execution_reads_the_parent_runs_values(postgres, tmp_path, monkeyp
     home = tmp_path / "home"
     home.mkdir()
     job = dg.reconstructable(_numbers_job)
-    with dg.DagsterInstance.local_temp(str(home)) as instance:
+    with dg.DagsterInstance.local_temp(str(home), overrides={"telemetry": {"enabled": False}}) as instance:
         with dg.execute_job(job, instance=instance) as parent:
             assert parent.success and _rows(postgres)[("slow_total", "")] == 6
 
@@ -250,7 +250,7 @@ def test_two_partitions_of_evaluate_embedders_in_parallel_on_the_multiprocess_ex
     run_config = {"execution": {"config": {"multiprocess": {"max_concurrent": 2}}}}
     home = tmp_path / "dagster_home"  # a persistent instance, which the step processes open too
     home.mkdir()
-    with dg.DagsterInstance.local_temp(str(home)) as instance:
+    with dg.DagsterInstance.local_temp(str(home), overrides={"telemetry": {"enabled": False}}) as instance:
 
         def launch(partition: str) -> tuple[str, bool]:
             with dg.execute_job(job, instance=instance, run_config=run_config, tags={"dagster/partition": partition}) as result:
