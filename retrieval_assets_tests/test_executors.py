@@ -188,15 +188,20 @@ def test_a_celery_task_without_retrieval_dsn_refuses_the_embedded_server_in_one_
     assert not (tmp_path / ".retrieval").exists()
 
 
-def test_dagster_api_execute_step_without_retrieval_dsn_refuses_the_embedded_server(tmp_path):
-    """The process the Kubernetes and Docker step executors start (`dagster api execute_step`) loads the
-    instance and the definitions before its step: there the embedded default is refused outright."""
-    code = ("import sys; sys.argv = ['dagster', 'api', 'execute_step']\n"
+@pytest.mark.parametrize(("argv", "variables", "where"), [
+    (["dagster", "api", "execute_step"], {}, "`dagster api execute_step` on "),
+    (["dagster", "api", "execute_run"], {"DAGSTER_RUN_JOB_NAME": "evaluate_embedders"}, "a Kubernetes pod of dagster-k8s ("),
+], ids=["execute_step", "k8s_pod"])
+def test_a_step_process_of_another_executor_without_retrieval_dsn_refuses_the_embedded_server(tmp_path, argv, variables, where):
+    """The processes the Kubernetes and Docker executors start (`dagster api execute_step`, and any process of a
+    dagster-k8s pod) load the instance and the definitions before their step: there the embedded default is
+    refused outright."""
+    code = (f"import sys; sys.argv = {argv!r}\n"
             "import retrieval_assets.defs.remote\nfrom retrieval_assets import pg\n"
             "try:\n    pg.resolve_dsn()\nexcept pg.ConnectError as exc:\n    print('refused:', exc)\n")
-    environment = {k: v for k, v in os.environ.items() if k != "RETRIEVAL_DSN"}
-    environment.update(RETRIEVAL_HOME=str(tmp_path))
+    environment = {k: v for k, v in os.environ.items() if k not in ("RETRIEVAL_DSN", "DAGSTER_RUN_JOB_NAME")}
+    environment.update(RETRIEVAL_HOME=str(tmp_path), **variables)
     done = subprocess.run([sys.executable, "-c", code], env=environment, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
-    assert done.stdout.startswith("refused: RETRIEVAL_DSN is not set in `dagster api execute_step` on ")
+    assert done.stdout.startswith("refused: RETRIEVAL_DSN is not set in " + where)
     assert not (tmp_path / ".retrieval").exists()

@@ -11,9 +11,10 @@ has its run:
   (``identity.check``): another server, database or schema prefix is refused in one line naming
   ``RETRIEVAL_DSN``, and so is a step without ``RETRIEVAL_DSN`` whose run's server is not this host's
   embedded one, before that server is started.
-- **Processes that exist to run remote steps.** A Celery task (``dagster-celery``'s worker) and
-  ``dagster api execute_step`` (the Kubernetes and Docker step executors) open the Dagster instance
-  and load the definitions (the corpus registry) before any step: there the embedded default is
+- **Processes that exist to run remote steps.** A Celery task (``dagster-celery``'s worker),
+  ``dagster api execute_step`` (the Kubernetes and Docker step executors) and any process of a
+  dagster-k8s pod (``DAGSTER_RUN_JOB_NAME`` set: ``K8sRunLauncher``'s run pods too) open the Dagster
+  instance and load the definitions (the corpus registry) before any step: there the embedded default is
   refused outright (``refusal``, registered with ``pg.refuse_embedded_when`` when this module is
   imported, which ``defs.instance`` and ``defs.resources`` do).
 
@@ -23,6 +24,7 @@ environment, and reuse its embedded server when it has one (the tag's ``embedded
 
 from __future__ import annotations
 
+import os
 import socket
 import sys
 from collections.abc import Mapping
@@ -40,6 +42,8 @@ def remote_process() -> str | None:
         return f"a Celery task ({task.name}) on {socket.gethostname()}"
     if sys.argv[1:3] == ["api", "execute_step"]:
         return f"`dagster api execute_step` on {socket.gethostname()}"
+    if os.environ.get("DAGSTER_RUN_JOB_NAME"):  # set by dagster-k8s alone, in its run and step pods
+        return f"a Kubernetes pod of dagster-k8s ({socket.gethostname()})"
     return None
 
 
