@@ -421,3 +421,89 @@ def modules_at(commit: str, names) -> dict[str, types.ModuleType]:
             else:
                 setattr(sys.modules[parent_name], short, attribute)
     return loaded
+
+
+# -- a Celery worker on a second copy of the project (benchmarks/guards/executors.py, test_celery.py) ---------
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def wait_for(predicate, timeout_s: float, what: str, log: Path | None = None) -> None:
+    """Poll ``predicate`` until true; TimeoutError naming ``what`` (and the tail of ``log``) after ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    while not predicate():
+        if time.monotonic() > deadline:
+            tail = log.read_text()[-3000:] if log and log.exists() else ""
+            raise TimeoutError(f"{what} not ready after {timeout_s:g} s\n{tail}")
+        time.sleep(0.2)
+
+
+def start_redis(folder: Path) -> tuple[subprocess.Popen, str]:
+    """Debian's redis-server on a free loopback port, nothing saved: (process, broker URL without a database)."""
+    port = free_port()
+    folder.mkdir(parents=True, exist_ok=True)
+    log = folder / "redis.log"
+    process = subprocess.Popen(["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+                                "--dir", str(folder)], stdout=log.open("w"), stderr=subprocess.STDOUT)
+    import socket
+
+    def listening() -> bool:
+        if process.poll() is not None:
+            raise RuntimeError(f"redis-server exited: {log.read_text()[-2000:]}")
+        with socket.socket() as sock:
+            return sock.connect_ex(("127.0.0.1", port)) == 0
+
+    wait_for(listening, 30, "redis-server", log)
+    return process, f"redis://127.0.0.1:{port}"
+
+
+def second_copy(dest: Path) -> Path:
+    """A ``git clone`` of this project at ``dest`` holding this working tree's files (tracked and new), with a
+    virtual environment of its own from the lock file (``uv sync --frozen --all-extras``): what a second host has."""
+    subprocess.run(["git", "clone", "--quiet", str(ROOT), str(dest)], check=True)
+    files = subprocess.run(["git", "ls-files", "-co", "--exclude-standard", "-z"], cwd=ROOT, check=True,
+                           capture_output=True).stdout.decode().split("\0")
+    for name in filter(None, files):
+        source, target = ROOT / name, dest / name
+        if source.is_file() and (not target.exists() or target.read_bytes() != source.read_bytes()):
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_bytes(source.read_bytes())
+    env = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "UV_PROJECT_ENVIRONMENT")}
+    uv = os.environ.get("UV") or "uv"
+    done = subprocess.run([uv, "sync", "--frozen", "--all-extras", "--quiet"], cwd=dest, env=env, capture_output=True, text=True)
+    if done.returncode:
+        raise RuntimeError(f"uv sync in the second copy failed: {done.stderr[-2000:]}")
+    return dest
+
+
+def start_worker(copy: Path, env: dict[str, str], broker: str, name: str, log: Path) -> subprocess.Popen:
+    """A Celery worker of dagster-celery's app from ``copy``'s environment, consuming the ``dagster`` queue of
+    ``broker`` in its own process (``--pool solo``: every step runs in the worker's pid), once it is ready."""
+    command = [str(copy / ".venv" / "bin" / "celery"), "-A", "dagster_celery.app", "-b", broker, "--result-backend", broker,
+               "worker", "-Q", "dagster", "--pool", "solo", "-n", f"{name}@%h", "--without-mingle", "--without-gossip", "-l", "INFO"]
+    process = subprocess.Popen(command, cwd=copy, env=env, stdout=log.open("w"), stderr=subprocess.STDOUT)
+
+    def ready() -> bool:
+        if process.poll() is not None:
+            raise RuntimeError(f"the Celery worker exited: {log.read_text()[-3000:]}")
+        return " ready." in log.read_text()
+
+    wait_for(ready, 120, "the Celery worker", log)
+    return process
+
+
+def stop(process: subprocess.Popen) -> None:
+    """End a process this module started (SIGTERM, then SIGKILL after 20 s)."""
+    if process.poll() is None:
+        process.terminate()
+        try:
+            process.wait(20)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()

@@ -3,6 +3,7 @@
 import dataclasses
 import datetime
 import shutil
+import socket
 import tempfile
 from pathlib import Path
 
@@ -15,7 +16,7 @@ from retrieval_assets import partitions, pg
 
 from retrieval_assets.corpus import golden
 
-from retrieval_assets.evaluation import evaluate
+from retrieval_assets.evaluation import evaluate, history
 from retrieval_assets.search import pipeline as pipeline_lib
 from retrieval_assets.corpus.registry import FIXTURE_CORPUS
 from retrieval_assets.defs.corpora import corpus_definitions
@@ -143,8 +144,16 @@ def test_whole_graph_for_hash_matches_the_library(resource):
     assert report["misses"] == len(ev.failures()) and "| q" in report["report"]
     assert "Not run: materialize the `what_ifs` asset" in report["report"]
     what_ifs = metadata(result, "what_ifs")
-    path = REPORTS / "fixture" / "hash" / "RETRIEVAL_ANALYSIS.md"
-    assert what_ifs["path"] == str(path) and path.read_text() == what_ifs["report"]
+    path = REPORTS / "fixture" / "hash" / "RETRIEVAL_ANALYSIS.md"  # the local copy; the text is kept in Postgres
+    assert what_ifs["local_copy"] == f"{socket.gethostname()}:{path}" and path.read_text() == what_ifs["report"]
+    assert what_ifs["report_table"] == report["report_table"] == f"{resource.history_schema}.failure_reports"
+    with resource.connect() as conn:
+        kept = dict(conn.execute(sql.SQL("SELECT asset, report FROM {} WHERE run_id = %s").format(
+            sql.Identifier(resource.history_schema, "failure_reports")), (result.run_id,)).fetchall())
+    assert kept == {"failure_report": report["report"], "what_ifs": what_ifs["report"]}
+    path.unlink()  # nothing reads the copy back: the latest report comes from Postgres
+    with resource.connect() as conn:
+        assert history.latest_report(conn, resource.history_schema, partition="hash")["report"] == what_ifs["report"]
     assert any(k.startswith("rescued/hybrid-weights") for k in what_ifs)
     assert "| better-embedder | the minilm partition |" in what_ifs["report"]
     comparison = metadata(result, "embedder_comparison")

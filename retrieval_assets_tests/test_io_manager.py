@@ -193,7 +193,7 @@ def test_a_re_execution_reads_the_parent_runs_values(postgres, tmp_path, monkeyp
     home.mkdir()
     monkeypatch.setenv("DAGSTER_HOME", str(home))  # Dagster's own files (telemetry) there, not in the working tree
     job = dg.reconstructable(_numbers_job)
-    with dg.DagsterInstance.local_temp(str(home)) as instance:
+    with dg.DagsterInstance.local_temp(str(home), overrides={"telemetry": {"enabled": False}}) as instance:
         with dg.execute_job(job, instance=instance) as parent:
             assert parent.success and _rows(postgres)[("slow_total", "")] == 6
 
@@ -232,10 +232,10 @@ def test_the_defs_folder_registers_it_on_the_environment_postgres(monkeypatch, p
 # --- two partitions of the real job at once, on the multiprocess executor --------------------
 
 def evaluate_embedders_multiprocess() -> dg.JobDefinition:
-    """``evaluate_embedders`` from the defs folder on the multiprocess executor (every step in its
-    own process), rebuilt in each step process from the environment (``dg.reconstructable``)."""
+    """``evaluate_embedders`` from the defs folder as it is (the multiprocess executor is chosen by run
+    config below), rebuilt in each step process from the environment (``dg.reconstructable``)."""
     defs = dg.load_from_defs_folder(path_within_project=DEFS_FOLDER)
-    return defs.resolve_job_def("evaluate_embedders").with_executor_def(dg.multiprocess_executor)
+    return defs.resolve_job_def("evaluate_embedders")
 
 
 @pytest.mark.slow
@@ -248,11 +248,11 @@ def test_two_partitions_of_evaluate_embedders_in_parallel_on_the_multiprocess_ex
     monkeypatch.setenv("RETRIEVAL_SCHEMA_PREFIX", PREFIX)
     monkeypatch.setenv("RETRIEVAL_HOME", str(tmp_path))  # reports and the like outside the tree
     job = dg.reconstructable(evaluate_embedders_multiprocess)
-    run_config = {"execution": {"config": {"max_concurrent": 2}}}
+    run_config = {"execution": {"config": {"multiprocess": {"max_concurrent": 2}}}}
     home = tmp_path / "dagster_home"  # a persistent instance, which the step processes open too
     home.mkdir()
     monkeypatch.setenv("DAGSTER_HOME", str(home))  # Dagster's own files (telemetry) there, not in the working tree
-    with dg.DagsterInstance.local_temp(str(home)) as instance:
+    with dg.DagsterInstance.local_temp(str(home), overrides={"telemetry": {"enabled": False}}) as instance:
 
         def launch(partition: str) -> tuple[str, bool]:
             with dg.execute_job(job, instance=instance, run_config=run_config, tags={"dagster/partition": partition}) as result:

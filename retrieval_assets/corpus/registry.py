@@ -73,10 +73,11 @@ def _ensure(conn: psycopg.Connection, schema: str) -> None:
 
 
 def listed(conn: psycopg.Connection, schema: str) -> list[Corpus]:
-    """Every registered corpus, the fixture first, then by name."""
-    with conn.transaction():
-        _ensure(conn, schema)
-        rows = conn.execute(sql.SQL("SELECT name, path FROM {} ORDER BY name").format(sql.Identifier(schema, TABLE))).fetchall()
+    """Every registered corpus, the fixture first, then by name. Reads only (the definitions load calls it
+    in every process, a worker's too): a server without the registry has the fixture alone."""
+    if conn.execute("SELECT 1 FROM pg_tables WHERE schemaname = %s AND tablename = %s", (schema, TABLE)).fetchone() is None:
+        return [FIXTURE_CORPUS]
+    rows = conn.execute(sql.SQL("SELECT name, path FROM {} ORDER BY name").format(sql.Identifier(schema, TABLE))).fetchall()
     return [FIXTURE_CORPUS, *(Corpus(name, path) for name, path in rows if name != FIXTURE)]
 
 

@@ -23,6 +23,7 @@ from psycopg.conninfo import conninfo_to_dict
 from sqlalchemy.engine import make_url
 
 from retrieval_assets import pg
+from retrieval_assets.defs import remote  # noqa: F401 - a Celery task's instance never starts an embedded server
 from retrieval_assets.pg import errors as pg_errors
 
 DATABASE = "dagster"

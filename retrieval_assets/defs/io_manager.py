@@ -30,7 +30,7 @@ from psycopg import errors, sql
 from psycopg.types.json import Jsonb
 
 from retrieval_assets import partitions
-from retrieval_assets.defs.resources import PostgresResource, postgres_resource
+from retrieval_assets.defs.resources import PostgresResource, postgres_resource, user_errors
 
 TABLE = partitions.IO_TABLE
 PROTOCOL = 5
@@ -88,7 +88,7 @@ class PostgresPickleIOManager(dg.ConfigurableIOManager):
             "(SELECT run_id FROM {0} WHERE asset_key = %s AND partition = %s ORDER BY stored_at DESC LIMIT %s)"
         ).format(self._table())
         row = (key, partition, context.run_id, data)
-        with self.postgres.connect() as conn:
+        with user_errors(f"storing {key}"), self.postgres.connect() as conn:
             try:
                 conn.execute(upsert, row)
             except (errors.UndefinedTable, errors.InvalidSchemaName, errors.UndefinedColumn):
@@ -142,7 +142,7 @@ class PostgresPickleIOManager(dg.ConfigurableIOManager):
             "AND (run_id = (%s::jsonb ->> partition) OR (%s::jsonb ->> partition) IS NULL) ORDER BY partition, stored_at DESC"
         ).format(self._table())
         wanted = Jsonb({p: r for p, r in producers.items() if r})
-        with self.postgres.connect() as conn:
+        with user_errors(f"loading {key}"), self.postgres.connect() as conn:
             try:
                 rows = dict(conn.execute(query, (key, list(partition_keys), wanted, wanted)).fetchall())
             except (errors.UndefinedTable, errors.InvalidSchemaName, errors.UndefinedColumn):

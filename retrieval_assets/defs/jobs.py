@@ -8,11 +8,13 @@ from retrieval_assets import partitions
 from retrieval_assets.corpus.registry import Corpus
 from retrieval_assets.defs.corpus import CORPUS_TAG
 from retrieval_assets.defs.partitions import embedders, group, job_name, key
+from retrieval_assets.defs.remote import SERVER_TAG
 
 
-def corpus_jobs(corpus: Corpus) -> dg.Definitions:
-    """``evaluate_embedders``, ``refresh_reports``, ``nightly_evaluation`` and ``reports_after_evaluation`` of ``corpus``."""
-    tags = {CORPUS_TAG: corpus.name}
+def corpus_jobs(corpus: Corpus, server: str = "") -> dg.Definitions:
+    """``evaluate_embedders``, ``refresh_reports``, ``nightly_evaluation`` and ``reports_after_evaluation`` of ``corpus``;
+    ``server``: the Postgres their runs use, as a tag each step checks (``defs/remote.py``)."""
+    tags = {CORPUS_TAG: corpus.name, **({SERVER_TAG: server} if server else {})}
     evaluate = dg.define_asset_job(
         job_name(corpus, "evaluate_embedders"), selection=dg.AssetSelection.groups(group(corpus)), tags=tags,
         description=f"Corpus {corpus.name}: index and evaluate one embedder partition, then write the failure report and "

@@ -9,8 +9,11 @@ from pathlib import Path
 
 import dagster as dg
 import psycopg
+from pydantic import PrivateAttr
 
 from retrieval_assets import partitions, pg
+from retrieval_assets.defs import remote
+from retrieval_assets.defs.executor import retrieval_executor
 
 from retrieval_assets.index import store
 from retrieval_assets.index.chunker import CorpusError
@@ -41,6 +44,11 @@ class PostgresResource(dg.ConfigurableResource):
 
     dsn: str | None = None
     schema_prefix: str = ""  # before every schema name (tests use their own)
+    _run_server: pg.identity.ServerIdentity | None = PrivateAttr(default=None)  # the run's (defs/remote.py)
+    _checked: bool = PrivateAttr(default=False)
+
+    def setup_for_execution(self, context: dg.InitResourceContext) -> None:
+        self._run_server = remote.server_tag(context.run.tags if context.run else None)
 
     def schema(self, partition: str, role: str = "index", corpus: str = partitions.FIXTURE, run: str = "") -> str:
         return partitions.schema_name(partition, role, self.schema_prefix, corpus, run)
@@ -56,7 +64,11 @@ class PostgresResource(dg.ConfigurableResource):
     @contextmanager
     def connect(self) -> Iterator[psycopg.Connection]:
         """``with postgres.connect() as conn``: a connection for the block, reused across the run's steps (``pg.session``);
+        the first in a step checks that this process's server is the run's (``ConnectError`` naming RETRIEVAL_DSN), and
         a privilege the server refuses in the block is a ``pg.PrivilegeError`` naming the SQL that grants it."""
+        if self._run_server is not None and not self._checked:
+            pg.identity.check(self._run_server, self.dsn, self.schema_prefix)
+            self._checked = True
         with pg.session(self.dsn) as conn, pg.privileges(conn):
             yield conn
 
@@ -88,13 +100,14 @@ def postgres_resource() -> PostgresResource:
 
 @dg.definitions
 def resources() -> dg.Definitions:
-    # In-process executor: a run is a short chain of steps over one database, and the default
-    # multiprocess executor re-imports Dagster (about 1.2 s) in a new process for every step
-    # (measured: 17 s against 3.2 s for a four-asset graph on a 2-core machine).
+    # In-process executor by default: a run is a short chain of steps over one database, and the
+    # default multiprocess executor re-imports Dagster (about 1.2 s) in a new process for every step
+    # (measured: 17 s against 3.2 s for a four-asset graph on a 2-core machine). A run chooses
+    # multiprocess, celery or k8s in its run config (defs/executor.py).
     return dg.Definitions(
         resources={
             "postgres": postgres_resource(),
             "corpus": CorpusResource(),
         },
-        executor=dg.in_process_executor,
+        executor=retrieval_executor,
     )

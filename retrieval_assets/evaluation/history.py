@@ -181,3 +181,30 @@ def runs(conn: psycopg.Connection, schema: str, corpus: str | None = None, limit
             """SELECT run_id, partition, corpus, max(k) AS k, count(DISTINCT query_id) AS queries, min(created_at) AS created_at
                FROM {} WHERE %s::text IS NULL OR corpus = %s GROUP BY run_id, partition, corpus
                ORDER BY min(created_at) DESC LIMIT %s""").format(_table(schema, "eval_queries")), (corpus, corpus, limit)).fetchall()
+
+
+REPORTS = "failure_reports"  # the text of every failure report (failure_report, and what_ifs' extended one)
+
+
+def record_report(conn: psycopg.Connection, schema: str, text: str, *, run_id: str, partition: str, corpus: str,
+                  asset: str = "failure_report") -> None:
+    """Keep the text of one report in ``schema.failure_reports`` (created if missing): the report lives in
+    Postgres, and the file a step writes on its machine is a local copy."""
+    with conn.transaction():
+        conn.execute("SELECT pg_advisory_xact_lock(hashtext('retrieval_assets.evaluation.history:' || %s))", (schema,))
+        conn.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(schema)))
+        conn.execute(sql.SQL("CREATE TABLE IF NOT EXISTS {} (id bigserial PRIMARY KEY, run_id text NOT NULL, corpus text NOT NULL, "
+                             "partition text NOT NULL, asset text NOT NULL, report text NOT NULL, created_at timestamptz DEFAULT now())"
+                             ).format(_table(schema, REPORTS)))
+        conn.execute(sql.SQL("INSERT INTO {} (run_id, corpus, partition, asset, report) VALUES (%s, %s, %s, %s, %s)").format(
+            _table(schema, REPORTS)), (run_id, corpus, partition, asset, text))
+
+
+def latest_report(conn: psycopg.Connection, schema: str, *, partition: str, corpus: str = FIXTURE) -> dict | None:
+    """The newest report of ``partition`` on ``corpus`` (run_id, asset, report, created_at), None before the first."""
+    if conn.execute("SELECT to_regclass(format('%%I.%%I', %s::text, %s::text))", (schema, REPORTS)).fetchone()[0] is None:
+        return None
+    with conn.cursor(row_factory=dict_row) as cur:
+        return cur.execute(sql.SQL("SELECT run_id, asset, report, created_at FROM {} WHERE corpus = %s AND partition = %s "
+                                   "ORDER BY created_at DESC, id DESC LIMIT 1").format(_table(schema, REPORTS)),
+                           (corpus, partition)).fetchone()

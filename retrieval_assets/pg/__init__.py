@@ -6,6 +6,7 @@ pool), ``partners`` (the partner sessions searches borrow) and ``command`` (``py
 Patch a name in the module that defines it.
 """
 
+from retrieval_assets.pg import identity
 from retrieval_assets.pg.command import main
 from retrieval_assets.pg.errors import PrivilegeError, privilege_error, privileges
 from retrieval_assets.pg.server import (
@@ -18,6 +19,7 @@ from retrieval_assets.pg.server import (
     mask_dsn,
     mask_secrets,
     project_home,
+    refuse_embedded_when,
     resolve_dsn,
     server_settings,
     stop_embedded,
@@ -36,7 +38,7 @@ from retrieval_assets.pg.sessions import (
 __all__ = [
     "ENV_DSN", "ENV_HOME", "ENV_SESSIONS", "IDLE_MAX", "PARTNERS_MAX", "PARTNER_SLOTS", "SCAN_SESSIONS",
     "SERVER_SETTINGS", "START_TIMEOUT_S", "ConnectError", "PrivilegeError", "connect", "embedded_server",
-    "ensure_extension", "give_back_partner", "lend_partner", "main", "mask_dsn", "mask_secrets", "partner",
-    "privilege_error", "privileges", "project_home", "resolve_dsn", "search_sessions", "server_settings",
-    "session", "stop_embedded",
+    "ensure_extension", "give_back_partner", "identity", "lend_partner", "main", "mask_dsn", "mask_secrets",
+    "partner", "privilege_error", "privileges", "project_home", "refuse_embedded_when", "resolve_dsn",
+    "search_sessions", "server_settings", "session", "stop_embedded",
 ]

@@ -17,6 +17,7 @@ import subprocess
 import threading
 import time
 import warnings
+from collections.abc import Callable
 from contextlib import contextmanager
 from pathlib import Path
 from urllib.parse import quote
@@ -189,9 +190,26 @@ def stop_embedded(data_dir: Path | None = None) -> bool:
     return True
 
 
+_REFUSALS: list[Callable[[], str | None]] = []  # refuse_embedded_when
+
+
+def refuse_embedded_when(reason: Callable[[], str | None]) -> None:
+    """Make ``resolve_dsn`` refuse the embedded default whenever ``reason()`` gives a reason (a process
+    that runs steps of a run launched elsewhere: the Dagster layer registers that test)."""
+    if reason not in _REFUSALS:
+        _REFUSALS.append(reason)
+
+
 def resolve_dsn(dsn: str | None = None) -> str:
-    """An explicit DSN, else ``$RETRIEVAL_DSN``, else the embedded default (started if needed)."""
-    return dsn or os.environ.get(ENV_DSN) or embedded_server().get_uri()
+    """An explicit DSN, else ``$RETRIEVAL_DSN``, else the embedded default (started if needed), unless
+    a ``refuse_embedded_when`` test refuses it: then ``ConnectError`` with its reason, nothing started."""
+    explicit = dsn or os.environ.get(ENV_DSN)
+    if explicit:
+        return explicit
+    for refusal in _REFUSALS:
+        if reason := refusal():
+            raise ConnectError(reason)
+    return embedded_server().get_uri()
 
 
 def _settings(conn: psycopg.Connection) -> list[tuple[str, str, str, bool]]:
