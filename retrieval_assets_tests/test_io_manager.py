@@ -250,7 +250,10 @@ def test_two_partitions_of_evaluate_embedders_in_parallel_on_the_multiprocess_ex
     run_config = {"execution": {"config": {"multiprocess": {"max_concurrent": 2}}}}
     home = tmp_path / "dagster_home"  # a persistent instance, which the step processes open too
     home.mkdir()
-    with dg.DagsterInstance.local_temp(str(home), overrides={"telemetry": {"enabled": False}}) as instance:
+    # Dagster's telemetry files go under $DAGSTER_HOME (not the working tree); an override of the instance's
+    # settings instead would make each run call logging.config.dictConfig, which deadlocked the two threads
+    monkeypatch.setenv("DAGSTER_HOME", str(home))
+    with dg.DagsterInstance.local_temp(str(home)) as instance:
 
         def launch(partition: str) -> tuple[str, bool]:
             with dg.execute_job(job, instance=instance, run_config=run_config, tags={"dagster/partition": partition}) as result:
