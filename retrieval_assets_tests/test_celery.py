@@ -67,6 +67,7 @@ def host(pg_dsn, tmp_path_factory):
     finally:
         common.stop(redis)
         _drop(pg_dsn)
+        shutil.rmtree(scratch / "copy", ignore_errors=True)  # its virtual environment: a gigabyte of links and files
 
 
 def _worker_env(copy: Path, folder: Path, **settings: str) -> dict[str, str]:

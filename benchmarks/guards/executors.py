@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -102,6 +103,7 @@ def main(argv: list[str] | None = None) -> int:
             common.stop(worker)
         common.stop(redis)
         _drop(dsn)
+        shutil.rmtree(scratch, ignore_errors=True)
     print(f"\nevaluate_embedders --partition hash, {args.repeats} runs each (medians; every run's seconds in brackets)")
     print(f"  {'executor':<14} {'dg launch (wall)':>17} {'run (Dagster)':>14}")
     for mode in modes:
