@@ -72,6 +72,12 @@ def _ensure(conn: psycopg.Connection, schema: str) -> None:
                          "added_at timestamptz NOT NULL DEFAULT now())").format(sql.Identifier(schema, TABLE)))
 
 
+def ensure(conn: psycopg.Connection, schema: str) -> None:
+    """Create the registry's schema and table if missing (the launching process; a worker only reads)."""
+    with conn.transaction():
+        _ensure(conn, schema)
+
+
 def listed(conn: psycopg.Connection, schema: str) -> list[Corpus]:
     """Every registered corpus, the fixture first, then by name. Reads only (the definitions load calls it
     in every process, a worker's too): a server without the registry has the fixture alone."""

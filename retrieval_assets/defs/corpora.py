@@ -42,6 +42,8 @@ def corpora() -> dg.Definitions:
     postgres = PostgresResource(schema_prefix=partitions.env_prefix())  # no dsn: $RETRIEVAL_DSN, else the embedded default
     try:
         with postgres.connect() as conn:
+            if remote.refusal() is None:  # the launcher: the registry exists, and the role may create schemas, before any step
+                registry.ensure(conn, postgres.history_schema)
             registered = registry.listed(conn, postgres.history_schema)
             server = pg.identity.identify(conn, postgres.dsn, postgres.schema_prefix)
     except pg.ConnectError:
