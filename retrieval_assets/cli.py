@@ -20,7 +20,7 @@ from pathlib import Path
 
 from retrieval_assets import params, partitions, pg
 
-from retrieval_assets.answers import answer
+from retrieval_assets.answers import answer, calibration, reliability, respond
 
 from retrieval_assets.corpus import command as corpus_command, golden
 
@@ -112,9 +112,10 @@ def _parser() -> argparse.ArgumentParser:
             p.add_argument("--no-what-if", action="store_true", help="skip the what-if experiments")
         elif name == "answer":
             p.add_argument("question")
-            p.add_argument("--floor", type=float, default=answer.SUPPORT_FLOOR,
-                           help=f"refuse below this support (default {answer.SUPPORT_FLOOR}, calibrated on the fixture corpus; "
-                                "benchmarks/calibration/support_floor.py --corpus DIR for yours)")
+            p.add_argument("--floor", type=float, default=None,
+                           help="refuse below this BM25 support instead (the seed's floor: "
+                                f"{answer.SUPPORT_FLOOR}, fitted on the fixture corpus); default: the corpus's calibrated support "
+                                "(its golden.yaml against off-corpus questions, or the cross-corpus default)")
     return top
 
 
@@ -189,16 +190,31 @@ def _answer(conn, args, documents, chunks, out) -> None:
     if not args.question.strip():
         raise UsageError("the question is empty")
     try:
-        answer.check_floor(args.floor, "--floor")
+        if args.floor is not None:
+            answer.check_floor(args.floor, "--floor")
     except ValueError as exc:
         raise UsageError(str(exc)) from None
     params = _params(args)
     schema, embedder, _ = _index(conn, args, chunks)
-    found = answer.sources(conn, pipeline.retriever(conn, schema, embedder, params), args.question, params)
-    result = answer.extractive_answer(args.question, [c for c, _ in found], scores=[s for _, s in found], floor=args.floor)
+    retriever = pipeline.retriever(conn, schema, embedder, params)
+    if args.floor is not None:  # the seed's path
+        found = answer.sources(conn, retriever, args.question, params)
+        result = answer.extractive_answer(args.question, [c for c, _ in found], scores=[s for _, s in found], floor=args.floor)
+        line = f"support: BM25 floor {args.floor:g}"
+    else:
+        gold = Path(args.corpus) / "golden.yaml"
+        questions = [q.query for q in golden.load_golden(gold, documents)] if gold.exists() else []
+        cal, made = calibration.for_index(conn, retriever, questions, params, args.embedder)
+        if made:
+            print(f"calibrated support on {len(questions)} questions of the corpus and {cal.off_corpus} off-corpus questions "
+                  f"(stored in {schema}; later answers on this index reuse it)", file=sys.stderr)
+        response = respond.respond(conn, retriever, args.question, params, cal)
+        found, result = response.sources, response.result
+        line = f"support: {response.support:.2f} (answers from {cal.model.threshold:.2f}; {reliability.summary(cal)})"
     print(result.text, file=out)
     for n, (c, score) in enumerate(found, 1):
         print(f"[{n}] {c.chunk_id} ({score:.2f})", file=out)
+    print(line, file=out)
 
 
 def _run_id(conn, schema: str, prefix: str) -> str:

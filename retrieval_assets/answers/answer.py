@@ -16,6 +16,7 @@ from collections.abc import Sequence
 import numpy as np
 import psycopg
 
+from retrieval_assets.answers import support
 from retrieval_assets.search import pipeline
 from retrieval_assets.answers.citations import MARKER, REFUSAL, check, is_refusal, line_sentences
 from retrieval_assets.params import DEFAULT, RetrievalParams
@@ -40,7 +41,11 @@ def sources(conn: psycopg.Connection, retriever: Retriever, query: str, params: 
     """The pipeline's final chunks, in its order, each with its support: its BM25 score with the pool's idf
     over the pool (the seed reranker's score, what ``SUPPORT_FLOOR`` is calibrated on, whatever the
     pipeline's own rerank blend; a pipeline without rerank fetches its fused pool here)."""
-    t = pipeline.run(conn, retriever, query, params)
+    return sources_of(conn, retriever, query, pipeline.run(conn, retriever, query, params))
+
+
+def sources_of(conn: psycopg.Connection, retriever: Retriever, query: str, t: pipeline.Trace) -> list[tuple[Chunk, float]]:
+    """``sources`` from a trace of ``query`` already run."""
     chunks = t.chunks or {cid: row[0] for cid, row in pipeline.fetch(conn, retriever.schema, [r.chunk_id for r in t.reranked], vectors=False).items()}
     pool = list(chunks.values())
     support = dict(zip([c.chunk_id for c in pool], LexicalReranker().scores(query, [c.text for c in pool]).tolist()))
@@ -120,11 +125,38 @@ def _prose_blocks(text: str) -> list[str]:
     return blocks
 
 
+_LINK = re.compile(r"!?\[[^\]]*\]\([^)]*\)|<[a-z]+://[^>]*>|[a-z]+://\S+|`[^`]*`")
+_ENDS = re.compile(r"[.!?][\"'”’»)\]*]*$")
+
+
+def _is_sentence(sentence: str) -> bool:
+    """A sentence of prose: ends as one (. ! ?), five words or more, four of them words of text outside links,
+    URLs and code spans (a link list or a bare heading is none)."""
+    words = [w for w in _LINK.sub(" ", sentence).split() if any(ch.isalpha() for ch in w)]
+    return bool(_ENDS.search(sentence)) and len(sentence.split()) >= 5 and len(words) >= 4
+
+
 def _candidate_sentences(text: str) -> list[str]:
     """Prose sentences of a chunk (a sentence wrapped over lines is one): no code fences, headings,
-    table rows or marker-like text."""
+    table rows, link lists or marker-like text."""
     return [sentence for block in _prose_blocks(text) for sentence in line_sentences(block)
-            if len(sentence.split()) >= 5 and not sentence.endswith(":") and not MARKER.search(sentence) and not is_refusal(sentence)]
+            if _is_sentence(sentence) and not MARKER.search(sentence) and not is_refusal(sentence)]
+
+
+def _sentence_scores(query: str, sentences: Sequence[str]) -> np.ndarray:
+    """BM25 (k1 1.2, b 0.75, idf over the sentences) of the question's content words (``support.content_terms``:
+    stemmed, no function words) in each sentence; all 0 when no sentence holds one."""
+    terms = support.content_terms(query)
+    counts = [support.stems(s) for s in sentences]
+    lengths = np.array([sum(c.values()) for c in counts], dtype=float)
+    norm = 1.2 * (0.25 + 0.75 * lengths / max(lengths.mean(), 1.0))
+    scores = np.zeros(len(sentences))
+    for t in terms:
+        tf = np.array([c[t] for c in counts], dtype=float)
+        df = float((tf > 0).sum())
+        if df:
+            scores += np.log(1 + (len(sentences) - df + 0.5) / (df + 0.5)) * tf * 2.2 / (tf + norm)
+    return scores
 
 
 def extractive_answer(
@@ -138,11 +170,12 @@ def extractive_answer(
 ) -> Answer:
     """An answer made of the sources' own sentences that best match the question, each cited.
 
-    Refuses as ``assemble`` does (below the floor) and when no sentence shares a word with the
-    question. Candidates are the prose sentences of the sources (no code, headings, tables, or
-    text holding ``[n]``), ranked by BM25 over all candidates, times their source's score over
-    the best source score when scores are given; the best ``max_sentences`` scoring at least half
-    of the best are kept, verbatim, one per line with ``[n]``.
+    Refuses as ``assemble`` does (below the floor) and when no sentence shares a content word with
+    the question. Candidates are the prose sentences of the sources (``_is_sentence``: no code,
+    headings, tables, link lists, or text holding ``[n]``), ranked by the BM25 of the question's
+    content words over all candidates, times their source's score over the best source score when
+    scores are given; the best ``max_sentences`` scoring at least half of the best are kept,
+    verbatim, one per line with ``[n]``.
     Deterministic, no model; cost 0.
     """
     citations = tuple(c.chunk_id for c in chunks)
@@ -161,7 +194,7 @@ def extractive_answer(
             candidates.append((sentence, n))
     if not candidates:
         return refusal
-    bm25 = LexicalReranker().scores(query, [s for s, _ in candidates])
+    bm25 = _sentence_scores(query, [s for s, _ in candidates])
     if scores is not None and max(scores) > 0:  # weigh each sentence by its source's support
         bm25 = bm25 * np.array([max(scores[n - 1], 0.0) / max(scores) for _, n in candidates])
     order = sorted(range(len(candidates)), key=lambda i: -bm25[i])  # stable: source order breaks ties

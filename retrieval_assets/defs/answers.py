@@ -1,20 +1,23 @@
-"""Cited answers as an asset (seed stage 09): in the ``live`` group, outside the default job and
-schedule, because its default answerer calls Claude and costs money."""
+"""Cited answers as an asset (seed stage 09), and the support calibration they use: in the ``live``
+group, outside the default job and schedule, because the default answerer calls Claude and costs money."""
 
 
+import base64
 import time
+from pathlib import Path
 
 import dagster as dg
 
 from retrieval_assets import partitions
 
-from retrieval_assets.answers import answer, claude
+from retrieval_assets.answers import answer, calibration, claude, reliability, respond
 
 from retrieval_assets.search import pipeline
 from retrieval_assets.answers.citations import invalid_citations
+from retrieval_assets.corpus import golden
 from retrieval_assets.corpus.registry import Corpus
 from retrieval_assets.defs.partitions import embedders, group, key
-from retrieval_assets.defs.resources import PostgresResource
+from retrieval_assets.defs.resources import CorpusResource, PostgresResource, user_errors
 
 # One golden query per kind (fixtures/corpus/golden.yaml): q03 factual, q28 conceptual, q41
 # lexical. On the hash index each clears answer.SUPPORT_FLOOR with an anchor chunk ranked first.
@@ -31,7 +34,9 @@ class AnswersConfig(dg.Config):
     answerer: str = "claude"  # "claude" (claude-agent-sdk, needs credentials) or "extractive" (offline)
     top_k: int = answer.SOURCES.k
     model: str | None = None  # Claude model; None: claude.MODEL
-    support_floor: float = answer.SUPPORT_FLOOR  # refuse below this support; calibrated on the fixture corpus
+    # None: the corpus's calibrated support (its support_calibration); a number: the seed's BM25 floor instead
+    # (answer.SUPPORT_FLOOR = 6.95, calibrated on the fixture corpus alone)
+    support_floor: float | None = None
 
 
 def check_answerer(answerer: str) -> None:
@@ -52,23 +57,64 @@ def _md_cell(text: str, limit: int = 300) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
+def corpus_questions(corpus: Corpus) -> list[str]:
+    """The corpus's own answerable questions for its calibration: its golden.yaml's queries (none without one).
+    Drafts from ``golden draft`` can be added here once they exist: calibration takes any list of questions."""
+    return [q.query for q in golden.load_golden(corpus.golden_path)] if corpus.golden_path.exists() else []
+
+
+def calibration_metadata(cal: calibration.Calibration) -> dict:
+    meta = {"source": cal.source, "note": cal.note, "summary": dg.MetadataValue.md(reliability.summary(cal)),
+            "answerable_questions": cal.answerable, "off_corpus_questions": cal.off_corpus, "refusal_rate": round(cal.refusal_rate, 4)}
+    if cal.answer_rate is not None:
+        meta["answer_rate"] = round(cal.answer_rate, 4)
+    if cal.separates is not False:
+        meta["threshold"] = cal.model.threshold  # a corpus that cannot separate reports that (note) instead of a threshold
+    return meta
+
+
 def answer_assets(corpus: Corpus) -> list[dg.AssetsDefinition]:
-    """``<corpus>/answers`` (per embedder), in the corpus's ``live`` group."""
+    """``<corpus>/support_calibration`` and ``<corpus>/answers`` (per embedder), in the corpus's ``live`` group."""
+
+    @dg.asset(
+        partitions_def=embedders,
+        kinds={"python", "postgres"},
+        group_name=group(corpus, "live"), key_prefix=[corpus.name], required_resource_keys={"corpus", "postgres"},
+        deps=[dg.AssetDep(key(corpus, "chunk_index"))],
+        description="The support model answers use on this corpus and embedder: fitted on the corpus's golden questions against "
+        "the shipped off-corpus questions (or the cross-corpus default where it has none), with its held-out reliability "
+        "(answer rate, refusal rate) and a reliability plot; stored in the partition's schema.",
+    )
+    def support_calibration(context: dg.AssetExecutionContext) -> dg.MaterializeResult:
+        postgres: PostgresResource = context.resources.postgres
+        files: CorpusResource = context.resources.corpus
+        partition = context.partition_key
+        with user_errors("support_calibration"), postgres.connect() as conn:
+            retriever = pipeline.retriever(conn, postgres.schema(partition, corpus=corpus.name), partitions.embedder(partition), answer.SOURCES)
+            cal, _ = calibration.for_index(conn, retriever, corpus_questions(corpus), answer.SOURCES, partition, refresh=True)
+        context.log.info(f"support_calibration ({corpus.name}, {partition}): {reliability.summary(cal)}")
+        path = reliability.plot(cal, Path(files.report_path(corpus.name, partition)).with_name("support_calibration.png"),
+                                f"corpus {corpus.name}, {partition}: support ({cal.source})")
+        image = base64.b64encode(path.read_bytes()).decode()
+        return dg.MaterializeResult(metadata={**calibration_metadata(cal), "plot": dg.MetadataValue.md(f"![reliability](data:image/png;base64,{image})"),
+                                              "path": dg.MetadataValue.path(str(path))})
 
     @dg.asset(
         partitions_def=embedders,
         kinds={"python", "claude"},
         group_name=group(corpus, "live"), key_prefix=[corpus.name],
-        deps=[dg.AssetDep(key(corpus, "chunk_index"))],
+        deps=[dg.AssetDep(key(corpus, "chunk_index")), dg.AssetDep(key(corpus, "support_calibration"))],
         description="Cited answers to a list of questions from the partition's index: sources (the default pipeline, top 5), "
-        "a numbered-source prompt, Claude (or the offline extractive answerer), and the faithfulness check of every answer.",
+        "the calibrated support (support_calibration; refused below its threshold, no model call), a numbered-source prompt, "
+        "Claude (or the offline extractive answerer), and the faithfulness check of every answer.",
     )
     def answers(context: dg.AssetExecutionContext, config: AnswersConfig, postgres: PostgresResource) -> dg.MaterializeResult:
         check_answerer(config.answerer)
         if config.top_k < 1:
             raise dg.Failure(f"top_k must be at least 1, got {config.top_k}")
         try:
-            answer.check_floor(config.support_floor, "support_floor")
+            if config.support_floor is not None:
+                answer.check_floor(config.support_floor, "support_floor")
         except ValueError as exc:
             raise dg.Failure(str(exc)) from None
         if not config.questions or any(not q.strip() for q in config.questions):
@@ -79,17 +125,23 @@ def answer_assets(corpus: Corpus) -> list[dg.AssetsDefinition]:
                       "support_floor": config.support_floor, "questions": len(config.questions)}
         rows = ["| # | question | answer | cited | uncited claims | refused | cost (USD) |", "|---|---|---|---|---|---|---|"]
         total, refused, start = 0.0, 0, time.perf_counter()
-        with postgres.connect() as conn:
+        with user_errors("answers"), postgres.connect() as conn:
             retriever = pipeline.retriever(conn, postgres.schema(key, corpus=corpus.name), partitions.embedder(key), params)
+            cal = None
+            if config.support_floor is None:
+                cal, made = calibration.for_index(conn, retriever, corpus_questions(corpus), params, key)
+                meta.update({f"calibration/{k}": v for k, v in calibration_metadata(cal).items()})
+                context.log.info(f"support ({'calibrated now' if made else 'stored calibration'}): {reliability.summary(cal)}")
             for i, question in enumerate(config.questions, 1):
-                found = answer.sources(conn, retriever, question, params)
-                chunks, scores = [c for c, _ in found], [s for _, s in found]
-                citations = tuple(c.chunk_id for c in chunks)
-                if config.answerer == "extractive":
-                    result = answer.extractive_answer(question, chunks, scores=scores, floor=config.support_floor)
+                if cal is not None:
+                    response = respond.respond(conn, retriever, question, params, cal, answerer=config.answerer, model=config.model)
+                    found, result = response.sources, response.result
+                    meta[f"question_{i}/support"] = round(response.support, 4)
                 else:
-                    draft = answer.assemble(question, chunks, scores=scores, floor=config.support_floor)
-                    result = claude.run(question, draft, model=config.model)
+                    found = answer.sources(conn, retriever, question, params)
+                    result = _seed_answer(question, found, config)
+                scores = [s for _, s in found]
+                citations = tuple(c.chunk_id for c, _ in found)
                 f = result.faithfulness
                 cited = [citations[n - 1] for n in f.cited]
                 invalid = invalid_citations(result.text, citations)
@@ -114,4 +166,12 @@ def answer_assets(corpus: Corpus) -> list[dg.AssetsDefinition]:
                      "answers": dg.MetadataValue.md("\n".join(rows))})
         return dg.MaterializeResult(metadata=meta)
 
-    return [answers]
+    return [support_calibration, answers]
+
+
+def _seed_answer(question: str, found, config: AnswersConfig):
+    """The seed's path: refused below the BM25 floor ``config.support_floor``."""
+    chunks, scores = [c for c, _ in found], [s for _, s in found]
+    if config.answerer == "extractive":
+        return answer.extractive_answer(question, chunks, scores=scores, floor=config.support_floor)
+    return claude.run(question, answer.assemble(question, chunks, scores=scores, floor=config.support_floor), model=config.model)

@@ -1,0 +1,153 @@
+"""Answers and refusals on corpora nobody tuned to: the calibrated support model, held out by corpus.
+
+Run: uv run python -m benchmarks answer_support [--embedders hash,minilm] [--write-default] [--out FILE]
+
+Corpora: the fixture and the two that package_corpora builds from Debian packages (restic's and Git's manuals,
+20 questions each). Each is indexed per embedder into its own scratch schema; its answerable questions and the
+shipped off-corpus set (retrieval_assets/answers/off_corpus.yaml) run through the default pipeline
+(answer.SOURCES) and calibration.measure. For each corpus, the support model is fitted on the OTHER corpora
+only (support.fit), its L2 strength and threshold chosen by leave-one-corpus-out inside those (the one that
+maximises the lower of the answer and refusal rates); off-corpus questions are held out by domain as well
+(a fold's domains are neither in the fit nor in the cosine reference). A question counts as answered with a
+relevant source when its support clears the threshold and the extractive answer cites a chunk of its doc_id
+holding its anchor; an off-corpus question counts as refused when the final answer is the refusal. The seed's
+BM25 floor (answer.SUPPORT_FLOOR) is shown beside it. --write-default fits each embedder's model on all
+corpora (and one pooled over embedders) with the parameters chosen over them, into
+retrieval_assets/answers/support_defaults.json.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+
+from benchmarks import common
+from benchmarks.calibration import package_corpora
+from retrieval_assets import partitions
+from retrieval_assets.answers import answer, calibration, support
+from retrieval_assets.corpus import golden
+from retrieval_assets.index import chunker
+from retrieval_assets.search import pipeline
+
+L2S, THRESHOLDS = (0.001, 0.01, 0.1), tuple(np.round(np.arange(0.3, 0.75, 0.05), 2))
+
+
+def rows(d: dict, exclude_fold: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Training rows of one corpus: its questions against its whole reference, each off-corpus question against
+    the reference without its own fold (as it is scored held out); ``exclude_fold``'s domains left out."""
+    keep, X_off = d["folds"] != exclude_fold, d["off"].X.copy()
+    for f in range(calibration.FOLDS):
+        at = d["folds"] == f
+        X_off[at] = d["off"].features(d["off"].top[~at])[at]
+    return np.vstack([d["q"].features(d["off"].top), X_off[keep]]), np.r_[np.ones(len(d["q"].top)), np.zeros(int(keep.sum()))]
+
+
+def fit_on(data: list[dict], l2: float, threshold: float = 0.5, exclude_fold: int | None = None) -> support.SupportModel:
+    parts = [rows(d, exclude_fold) for d in data]
+    return support.fit(np.vstack([X for X, _ in parts]), np.concatenate([y for _, y in parts]), l2=l2, threshold=threshold)
+
+
+def held_out(train: list[dict], test: dict, l2: float) -> tuple[np.ndarray, np.ndarray]:
+    """Support of ``test``'s questions and off-corpus questions from models fitted on ``train`` (off-corpus by domain fold)."""
+    p_q = fit_on(train, l2).probabilities(test["q"].features(test["off"].top))
+    p_off = np.zeros(len(test["off"].top))
+    for f in range(calibration.FOLDS):
+        at = test["folds"] == f
+        p_off[at] = fit_on(train, l2, exclude_fold=f).probabilities(test["off"].features(test["off"].top[~at])[at])
+    return p_q, p_off
+
+
+def choose(data: list[dict]) -> tuple[float, float]:
+    """(l2, threshold) that maximise the mean over held-out corpora of min(answer rate, refusal rate)."""
+    best = (-1.0, L2S[1], 0.5)
+    for l2 in L2S:
+        scores = [held_out([d for d in data if d is not t], t, l2) for t in data]
+        for thr in THRESHOLDS:
+            value = np.mean([min((p_q >= thr).mean(), (p_off < thr).mean()) for p_q, p_off in scores])
+            best = max(best, (value, l2, float(thr)))
+    return best[1], best[2]
+
+
+def load(conn, name: str, path: Path, key: str) -> dict:
+    documents = chunker.load_documents(path)
+    chunks = [c for doc in documents for c in chunker.chunk(doc)]
+    schema = common.bench_schema(f"answer_{name}", key)
+    embedder = partitions.embedder(key)
+    common.index(conn, schema, chunks, embedder)
+    retriever = pipeline.retriever(conn, schema, embedder, answer.SOURCES)
+    queries = golden.load_golden(path / "golden.yaml", documents)
+    off = calibration.off_corpus()
+    return {"name": name, "chunks": len(chunks), "retriever": retriever, "queries": queries, "folds": calibration.domain_folds(off),
+            "q": calibration.measure(conn, retriever, [q.query for q in queries], answer.SOURCES),
+            "off": calibration.measure(conn, retriever, [q.question for q in off], answer.SOURCES)}
+
+
+def outcome(conn, d: dict, p_q, p_off, threshold: float) -> dict:
+    """Answered with a relevant source, answered at all, refused (off-corpus: all, English, other languages), seed floor."""
+    relevant = answered = 0
+    seed_answered = []
+    for q, p in zip(d["queries"], p_q):
+        found = answer.sources(conn, d["retriever"], q.query)
+        chunks = [c for c, _ in found]
+        seed_answered.append(max((s for _, s in found), default=0.0) >= answer.SUPPORT_FLOOR)
+        if p < threshold:
+            continue
+        result = answer.extractive_answer(q.query, chunks, scores=[s for _, s in found], floor=0.0)
+        answered += not result.faithfulness.refused
+        relevant += bool(golden.relevant(chunks, q) & {chunks[n - 1].chunk_id for n in result.faithfulness.cited})
+    off = calibration.off_corpus()
+    refused = np.ones(len(off), dtype=bool)
+    seed_refused = []
+    for i, (q, p) in enumerate(zip(off, p_off)):
+        found = answer.sources(conn, d["retriever"], q.question)
+        seed_refused.append(max((s for _, s in found), default=0.0) < answer.SUPPORT_FLOOR)
+        if p >= threshold:
+            refused[i] = answer.extractive_answer(q.question, [c for c, _ in found], scores=[s for _, s in found], floor=0.0).faithfulness.refused
+    english = np.array([q.lang == "en" for q in off])
+    n = len(d["queries"])
+    return {"relevant": relevant / n, "answered": answered / n, "refused": refused.mean(), "refused_en": refused[english].mean(),
+            "refused_other": refused[~english].mean(), "seed_answered": np.mean(seed_answered), "seed_refused": np.mean(seed_refused)}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = common.parser(__doc__)
+    parser.add_argument("--embedders", default="hash,minilm")
+    parser.add_argument("--write-default", action="store_true")
+    parser.add_argument("--out", default=str(common.RESULTS / "answer_support.md"))
+    args = parser.parse_args(argv)
+    corpora = {"fixture": common.CORPUS, **{name: package_corpora.build(name) for name in package_corpora.SOURCES}}
+    lines = ["| corpus | embedder | chunks | answerable | answered, relevant source cited | answered | off-corpus refused "
+             "(all / English / other languages) | fitted on | L2, threshold | seed floor: answered / refused |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
+    defaults, pooled = {}, []
+    with common.connect(args.dsn) as conn:
+        for key in args.embedders.split(","):
+            data = [load(conn, name, path, key) for name, path in corpora.items()]
+            for test in data:
+                train = [d for d in data if d is not test]
+                l2, thr = choose(train)
+                p_q, p_off = held_out(train, test, l2)
+                o = outcome(conn, test, p_q, p_off, thr)
+                lines.append(f"| {test['name']} | {key} | {test['chunks']} | {len(test['queries'])} | {o['relevant']:.0%} | {o['answered']:.0%} "
+                             f"| {o['refused']:.1%} / {o['refused_en']:.1%} / {o['refused_other']:.1%} | {' + '.join(d['name'] for d in train)} "
+                             f"| {l2:g}, {thr:.2f} | {o['seed_answered']:.0%} / {o['seed_refused']:.1%} |")
+                print(lines[-1], flush=True)
+            l2, thr = choose(data)
+            defaults[key] = fit_on(data, l2, thr).as_dict() | {"l2": l2}
+            pooled += data
+    text = (f"Off-corpus questions: {len(calibration.off_corpus())} ({sum(q.lang == 'en' for q in calibration.off_corpus())} English). "
+            "Each row is held out: the model is fitted on the other corpora (`python -m benchmarks answer_support`).\n\n" + "\n".join(lines) + "\n")
+    common.write_report(text, args.out)
+    if args.write_default:
+        l2, thr = choose(pooled) if len(args.embedders.split(",")) > 1 else (defaults[key]["l2"], defaults[key]["threshold"])
+        defaults["*"] = fit_on(pooled, l2, thr).as_dict() | {"l2": l2}
+        calibration.DEFAULTS.write_text(json.dumps({"corpora": list(corpora), "command": "python -m benchmarks answer_support --write-default",
+                                                    "models": defaults}, indent=1) + "\n")
+        print(f"wrote {calibration.DEFAULTS}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
