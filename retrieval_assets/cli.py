@@ -20,7 +20,7 @@ from pathlib import Path
 
 from retrieval_assets import params, partitions, pg
 
-from retrieval_assets.answers import answer, calibration, reliability, respond
+from retrieval_assets.answers import answer, calibration, respond
 
 from retrieval_assets.corpus import command as corpus_command, golden
 
@@ -200,7 +200,7 @@ def _answer(conn, args, documents, chunks, out) -> None:
     if args.floor is not None:  # the seed's path
         found = answer.sources(conn, retriever, args.question, params)
         result = answer.extractive_answer(args.question, [c for c, _ in found], scores=[s for _, s in found], floor=args.floor)
-        line = f"support: BM25 floor {args.floor:g}"
+        line = f"support: the best source's BM25 score, answered from {args.floor:g} (--floor)"
     else:
         gold = Path(args.corpus) / "golden.yaml"
         questions = [q.query for q in golden.load_golden(gold, documents)] if gold.exists() else []
@@ -210,7 +210,7 @@ def _answer(conn, args, documents, chunks, out) -> None:
                   f"(stored in {schema}; later answers on this index reuse it)", file=sys.stderr)
         response = respond.respond(conn, retriever, args.question, params, cal)
         found, result = response.sources, response.result
-        line = f"support: {response.support:.2f} (answers from {cal.model.threshold:.2f}; {reliability.summary(cal)})"
+        line = f"support {response.support:.2f}, answered from {cal.model.threshold:.2f} ({cal.source} calibration: {cal.note})"
     print(result.text, file=out)
     for n, (c, score) in enumerate(found, 1):
         print(f"[{n}] {c.chunk_id} ({score:.2f})", file=out)

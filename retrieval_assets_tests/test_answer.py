@@ -19,7 +19,7 @@ from claude_agent_sdk import AssistantMessage, ClaudeAgentOptions, ResultMessage
 
 from retrieval_assets import pg
 
-from retrieval_assets.answers import answer, claude
+from retrieval_assets.answers import answer, calibration, claude
 
 from retrieval_assets.search import pipeline, rerank
 from retrieval_assets.answers import citations as cite
@@ -342,7 +342,7 @@ def test_extractive_answers_are_faithful_on_the_golden_set(indexed, golden):
         rel = golden_set.relevant(chunks, q)
         anchor_cited += any(citations[n - 1] in rel for n in result.faithfulness.cited)
     assert answered == 45
-    assert anchor_cited >= 30  # a baseline: measured 32 of 45 (30 while wrapped sentences were cut at line ends)
+    assert anchor_cited >= 30  # a baseline: measured 33 of 45 with content words only (32 before; 30 while wrapped sentences were cut)
 
 
 def test_extractive_refuses_below_the_floor_and_without_matching_words():
@@ -489,13 +489,13 @@ def test_default_questions_are_one_golden_query_per_kind(golden):
 
 
 def test_answers_asset_is_live_and_outside_the_evaluation_job():
-    [asset] = answers_defs.answer_assets(FIXTURE_CORPUS)
-    key = ANSWERS
-    assert asset.group_names_by_key[key] == "fixture_live"
-    assert asset.partitions_def == embedders
-    assert dg.AssetKey(["fixture", "chunk_index"]) in {dep.asset_key for dep in asset.specs_by_key[key].deps}
+    calibrated, asset = answers_defs.answer_assets(FIXTURE_CORPUS)
+    key, calibration_key = ANSWERS, dg.AssetKey(["fixture", "support_calibration"])
+    assert asset.group_names_by_key[key] == calibrated.group_names_by_key[calibration_key] == "fixture_live"
+    assert asset.partitions_def == calibrated.partitions_def == embedders
+    assert {dg.AssetKey(["fixture", "chunk_index"]), calibration_key} <= {dep.asset_key for dep in asset.specs_by_key[key].deps}
     job_keys = FIXTURE_DEFS.resolve_job_def("evaluate_embedders").asset_layer.selected_asset_keys
-    assert key not in job_keys and dg.AssetKey(["fixture", "eval_run"]) in job_keys
+    assert key not in job_keys and calibration_key not in job_keys and dg.AssetKey(["fixture", "eval_run"]) in job_keys
 
 
 def test_answers_asset_with_the_extractive_answerer(resource, no_credentials):
@@ -505,10 +505,15 @@ def test_answers_asset_with_the_extractive_answerer(resource, no_credentials):
     meta = {k: v.value for k, v in event.materialization.metadata.items()}
     assert meta["answerer"] == "extractive" and meta["questions"] == 3
     assert meta["total_cost_usd"] == 0.0 and meta["refused"] == 0
+    assert meta["calibration/answerable_questions"] == 48 and meta["calibration/source"] in ("corpus", "default")
     with resource.connect() as conn:
+        retriever = pipeline.retriever(conn, resource.schema("hash"), HashEmbedder(), answer.SOURCES)
+        cal, made = calibration.for_index(conn, retriever, answers_defs.corpus_questions(FIXTURE_CORPUS), answer.SOURCES, "hash")
+        assert not made  # the asset stored it
         for i, question in enumerate(answers_defs.DEFAULT_QUESTIONS, 1):
             found = sources(conn, HashEmbedder(), question, schema=resource.schema("hash"))
-            expected = answer.extractive_answer(question, [c for c, _ in found], scores=[s for _, s in found])
+            expected = answer.extractive_answer(question, [c for c, _ in found], scores=[s for _, s in found], floor=0.0)
+            assert meta[f"question_{i}/support"] >= cal.model.threshold
             assert meta[f"question_{i}/question"] == question
             assert meta[f"question_{i}/answer"] == expected.text
             assert meta[f"question_{i}/uncited_claims"] == 0
@@ -521,6 +526,10 @@ def test_answers_asset_with_the_extractive_answerer(resource, no_credentials):
     assert custom.success
     [event] = custom.get_asset_materialization_events()
     assert event.materialization.metadata["refused"].value == 2
+
+    seed = materialize(resource, {"answerer": "extractive", "support_floor": answer.SUPPORT_FLOOR}, ["answers"])  # the seed's path
+    [event] = seed.get_asset_materialization_events()
+    assert event.materialization.metadata["refused"].value == 0 and "question_1/support" not in event.materialization.metadata
 
 
 def test_answers_asset_without_credentials_fails_at_once(resource, no_credentials):

@@ -13,6 +13,7 @@ import pytrec_eval
 from psycopg import sql
 
 from retrieval_assets import cli
+from retrieval_assets.answers import answer
 
 from retrieval_assets.evaluation import metrics
 
@@ -222,12 +223,22 @@ def test_cli_indexes_another_corpus_into_its_own_schema(pg_dsn, tmp_path, capsys
     (own / "tea.md").write_text("# Green tea\n\nGreen tea is steeped at 70 to 80 degrees for two minutes.\n")
     mine = partitions.schema_name("hash", "cli", cli_schemas[0].removesuffix("cli_hash"), corpus="teas")
     try:
-        # one short file: its best support is far below the fixture's floor, so the default refuses ...
-        assert cli.main(["answer", "green tea water temperature", "--corpus", str(own), "--dsn", pg_dsn]) == 0
+        question = "At what temperature is green tea steeped?"
+        # one short file: its best BM25 support is far below the seed's floor (fitted on the fixture), which refuses ...
+        assert cli.main(["answer", question, "--corpus", str(own), "--dsn", pg_dsn, "--floor", str(answer.SUPPORT_FLOOR)]) == 0
         out = capsys.readouterr().out
         assert out.startswith("I cannot answer") and "tea#000" in out
-        # ... and a floor calibrated for this corpus answers, citing the source
-        assert cli.main(["answer", "green tea water temperature", "--corpus", str(own), "--dsn", pg_dsn, "--floor", "0.5"]) == 0
+        # ... the calibrated support (the cross-corpus default: the folder has no golden.yaml) answers, citing the source ...
+        assert cli.main(["answer", question, "--corpus", str(own), "--dsn", pg_dsn]) == 0
+        captured = capsys.readouterr()
+        assert captured.out.startswith("Green tea is steeped at 70 to 80 degrees for two minutes. [1]")
+        assert "default calibration: no answerable questions of its own" in captured.out and "calibrated support on 0 questions" in captured.err
+        # ... and refuses a question from elsewhere, with the stored calibration
+        assert cli.main(["answer", "How do I replace the oil filter on a motorcycle?", "--corpus", str(own), "--dsn", pg_dsn]) == 0
+        captured = capsys.readouterr()
+        assert captured.out.startswith("I cannot answer") and not captured.err
+        # a floor given by hand is the seed's path
+        assert cli.main(["answer", question, "--corpus", str(own), "--dsn", pg_dsn, "--floor", "0.5"]) == 0
         assert capsys.readouterr().out.startswith("Green tea is steeped at 70 to 80 degrees for two minutes. [1]")
         for bad in ("nan", "-1", "inf"):
             assert cli.main(["answer", "tea", "--corpus", str(own), "--dsn", pg_dsn, "--floor", bad]) == 2

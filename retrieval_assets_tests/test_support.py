@@ -1,0 +1,210 @@
+"""Calibrated support: the evidence and the support model on invented examples, calibration and calibrated
+answers on a small corpus this module writes, the support_calibration asset on the fixture, bad input."""
+
+from __future__ import annotations
+
+import dataclasses
+import textwrap
+
+import dagster as dg
+import numpy as np
+import pytest
+
+from retrieval_assets import pg
+from retrieval_assets.answers import answer, calibration, reliability, respond, support
+from retrieval_assets.answers.citations import REFUSAL
+from retrieval_assets.answers.support import Evidence, SupportModel
+from retrieval_assets.corpus.registry import FIXTURE_CORPUS, Corpus
+from retrieval_assets.defs import answers as answers_defs
+from retrieval_assets.defs.corpora import corpus_definitions
+from retrieval_assets.defs.resources import CorpusResource, PostgresResource
+from retrieval_assets.index import chunker, store
+from retrieval_assets.index.embed import HashEmbedder
+from retrieval_assets.search import pipeline
+from retrieval_assets.types import Chunk, Hit
+from retrieval_assets_tests.test_answer import ScriptedQuery
+
+# --- evidence and model on invented examples -------------------------------------------------------------------------
+
+
+def chunk(i: int, text: str) -> Chunk:
+    return Chunk(f"doc#{i:03d}", "doc", "Doc", 0, len(text), text)
+
+
+STATS = support.StemStats(100, {"lantern": 3, "wick": 5, "trim": 20, "oil": 40, "keeper": 60}, 50.0)
+VECTOR = [Hit("doc#001", 0.9, 1), Hit("doc#002", 0.4, 2), Hit("doc#003", 0.35, 3)]
+TEXT = [Hit("doc#001", 7.0, 1), Hit("doc#003", 2.0, 2)]
+
+
+def test_evidence_is_in_the_unit_interval_and_rises_with_the_evidence():
+    question = "How should the keeper trim the lantern wick?"
+    weak = support.evidence(question, VECTOR, TEXT, [chunk(1, "The keeper climbs the stair at dusk.")], STATS)
+    strong = support.evidence(question, VECTOR, TEXT, [chunk(1, "The keeper must trim the lantern wick. The keeper climbs at dusk.")], STATS)
+    for e in (weak, strong):
+        assert all(0.0 <= v <= 1.0 for v in e.array())
+    assert strong.coverage > weak.coverage and strong.sentence > weak.sentence and strong.attained > weak.attained
+    assert strong.coverage == pytest.approx(1.0)
+    # a word the corpus lacks takes the highest idf: the question is then partly unknown
+    unknown = support.evidence("How should the keeper trim the zeppelin wick?", VECTOR, TEXT, [chunk(1, "trim the wick")], STATS)
+    assert unknown.known < 1.0 and unknown.coverage < strong.coverage
+    assert support.evidence("the of and", VECTOR, TEXT, [chunk(1, "the of and")], STATS).coverage == 0.0  # no content words
+    # agreement: the same chunk first in both lists; overlap: shared top-10 members
+    assert strong.agreement == 1.0 and strong.overlap == pytest.approx(0.2)
+    assert support.evidence(question, VECTOR, [], [chunk(1, "x")], STATS).agreement == 0.0
+    # the cosine against a reference of off-corpus best cosines: the further above it, the higher
+    reference = [0.2, 0.3, 0.4, 0.5]
+    cos = [support.evidence(question, [Hit("doc#001", c, 1)], TEXT, [chunk(1, "x")], STATS, reference).cosine for c in (0.1, 0.35, 0.45, 0.9)]
+    assert cos == sorted(cos) and cos[0] == 0.0 and cos[-1] == 1.0
+
+
+def test_evidence_refuses_numbers_outside_the_unit_interval():
+    with pytest.raises(ValueError, match="coverage must be a number within"):
+        Evidence(coverage=1.5)
+
+
+def test_support_is_a_probability_and_monotone_in_every_feature():
+    rng = np.random.default_rng(7)
+    X = rng.random((300, len(support.FEATURES)))
+    y = (X @ rng.normal(size=len(support.FEATURES)) > 0).astype(float)  # some features count against: weights stay >= 0
+    y[:2] = [0, 1]
+    models = [support.fit(X, y), support.fit(X, y, l2=1.0), calibration.defaults("hash")[0], calibration.defaults("no-such")[0]]
+    for model in models:
+        assert all(w >= 0 for w in model.weights)
+        base = rng.random((50, len(support.FEATURES)))
+        p = model.probabilities(base)
+        assert ((p >= 0) & (p <= 1)).all()
+        for j in range(len(support.FEATURES)):
+            raised = base.copy()
+            raised[:, j] = np.minimum(1.0, raised[:, j] + 0.3)
+            assert (model.probabilities(raised) >= p).all()
+    with pytest.raises(ValueError, match="weights of 0 or more"):
+        SupportModel((-1.0,) + (0.0,) * (len(support.FEATURES) - 1), 0.0)
+    with pytest.raises(ValueError, match="both answerable"):
+        support.fit(X, np.zeros(len(X)))
+
+
+def test_a_calibration_that_cannot_separate_says_so_and_keeps_no_threshold_of_its_own():
+    rng = np.random.default_rng(3)
+    same = lambda n: calibration.Measured(rng.random((n, len(support.FEATURES))), rng.random(n))  # noqa: E731
+    off = calibration.off_corpus()
+    default = SupportModel((1.0,) * len(support.FEATURES), -4.0)
+    cal = calibration.calibrate_measured(same(40), same(len(off)), calibration.domain_folds(off), default, "the test's default")
+    assert cal.separates is False and cal.source == "default" and cal.model == default
+    assert cal.note.startswith("cannot separate") and "the test's default" in cal.note
+    meta = answers_defs.calibration_metadata(cal)
+    assert "threshold" not in meta and meta["note"] == cal.note
+
+
+# --- a small corpus this module writes -----------------------------------------------------------------------------
+
+DOCS = {
+    "lamp": """# The lamp room
+        The lamp room sits at the top of the tower, above the watch room and below the lantern gallery.
+
+        ## Cleaning the lens
+        The keeper cleans the Fresnel lens every morning with a chamois leather and spirit, working from the top prism down.
+        Salt haze left on the lens overnight cuts the beam's reach by a third, so no morning is skipped.
+
+        ## Trimming the wick
+        The wick of the paraffin burner is trimmed flat every four hours while the light is lit.
+        A wick trimmed crooked smokes the mantle and blackens the glass chimney.""",
+    "fog": """# The fog signal
+        When the far buoy can no longer be seen from the gallery, the keeper starts the fog signal.
+        The signal sounds two blasts every ninety seconds until the buoy is seen again.
+
+        ## The compressor
+        The compressor engine is started from cold with the decompression lever held open for ten turns.""",
+    "log": """# The station log
+        Every entry in the station log gives the hour, the wind, the state of the sea and the keeper's initials.
+        The log is sent to the district superintendent on the first day of each quarter.""",
+    "stores": """# Stores and supplies
+        Paraffin for the burner is delivered by the relief boat every six weeks in sealed drums.
+        The keeper counts the drums against the delivery note before the boat leaves the landing.""",
+}
+ANSWERABLE = {"How often does the keeper clean the Fresnel lens?": "lamp#", "How often is the burner wick trimmed?": "lamp#",
+              "When does the keeper start the fog signal?": "fog#", "How often is the station log sent to the superintendent?": "log#"}
+OFF = ["How do I replace the oil filter on a motorcycle?", "What is the offside rule in association football?",
+       "Wie reicht ein Freiberufler in Deutschland die jährliche Steuererklärung ein?", "红烧肉怎么做才好吃？"]
+
+
+@pytest.fixture(scope="module")
+def small(tmp_path_factory, conn, schema):
+    folder = tmp_path_factory.mktemp("lighthouse")
+    (folder / "docs").mkdir()
+    for name, text in DOCS.items():
+        (folder / "docs" / f"{name}.md").write_text(textwrap.dedent("        " + text) + "\n")
+    chunks = [c for d in chunker.load_documents(folder) for c in chunker.chunk(d)]
+    store.drop(conn, schema)
+    store.create(conn, schema, 256)
+    store.sync(conn, schema, chunks, HashEmbedder())
+    retriever = pipeline.retriever(conn, schema, HashEmbedder(), answer.SOURCES)
+    return folder, retriever
+
+
+def test_small_corpus_answers_the_answerable_and_refuses_the_rest(conn, small):
+    folder, retriever = small
+    cal, made = calibration.for_index(conn, retriever, [], answer.SOURCES, "hash")
+    assert made and cal.source == "default" and cal.note.startswith("no answerable questions of its own")
+    assert cal.answer_rate is None and cal.off_corpus == len(calibration.off_corpus()) and cal.refusal_rate >= 0.9
+    assert calibration.for_index(conn, retriever, [], answer.SOURCES, "hash") == (cal, False)  # stored, read back
+    for question, doc in ANSWERABLE.items():
+        r = respond.respond(conn, retriever, question, answer.SOURCES, cal)
+        assert r.supported and not r.result.faithfulness.refused, (question, r.support, r.evidence)
+        cited = [r.sources[n - 1][0].chunk_id for n in r.result.faithfulness.cited]
+        assert cited and cited[0].startswith(doc) and r.result.faithfulness.uncited_claims == 0
+    for question in OFF:
+        r = respond.respond(conn, retriever, question, answer.SOURCES, cal)
+        assert not r.supported and r.result.text == REFUSAL, (question, r.support)
+    # a corpus without golden questions: its calibration says it uses the default, and the answers asset's metadata too
+    assert answers_defs.corpus_questions(Corpus("lighthouse", str(folder))) == []
+    assert "cross-corpus default" in reliability.summary(cal)
+
+
+def test_no_model_call_for_a_refused_question(conn, small):
+    _, retriever = small
+    cal, _ = calibration.for_index(conn, retriever, [], answer.SOURCES, "hash")
+    fake = ScriptedQuery("never sent [1].")
+    r = respond.respond(conn, retriever, OFF[0], answer.SOURCES, cal, answerer="claude", query_fn=fake)
+    assert r.result.text == REFUSAL and r.result.cost_usd == 0.0 and fake.calls == []
+    fake = ScriptedQuery("The keeper cleans it every morning [1].")
+    r = respond.respond(conn, retriever, "How often does the keeper clean the Fresnel lens?", answer.SOURCES, cal, answerer="claude", query_fn=fake)
+    assert len(fake.calls) == 1 and r.result.faithfulness.cited == (1,)
+
+
+@pytest.mark.parametrize("question", ["", "   ", "?", "-", '"', "\x00 lens", "the " * 3000 + "lens", "🙂" * 50, "ფარი როდის ინთება?",
+                                      "متى يتم تنظيف العدسة؟", "lens -wick OR \"fog signal\" & | ! <->", "x" * 10_000])
+def test_any_question_gets_an_answer_or_the_refusal(conn, small, question):
+    _, retriever = small
+    cal, _ = calibration.for_index(conn, retriever, [], answer.SOURCES, "hash")
+    r = respond.respond(conn, retriever, question, answer.SOURCES, cal)
+    assert 0.0 <= r.support <= 1.0
+    assert r.result.faithfulness.refused or (r.result.faithfulness.cited and r.result.faithfulness.uncited_claims == 0)
+
+
+# --- the calibration asset on the fixture ---------------------------------------------------------------------------
+
+PREFIX = "t_support_"
+
+
+@pytest.fixture(scope="module")
+def resource(pg_dsn):
+    yield PostgresResource(dsn=pg_dsn, schema_prefix=PREFIX)
+    with pg.connect(pg_dsn) as admin:
+        admin.execute(f'DROP SCHEMA IF EXISTS "{PREFIX}hash" CASCADE')
+
+
+def test_calibration_asset_materialises_for_the_fixture(resource, tmp_path):
+    defs = corpus_definitions(FIXTURE_CORPUS)
+    result = dg.materialize(list(defs.assets), partition_key="hash", raise_on_error=False,
+                            selection=[f"fixture/{a}" for a in ("documents", "chunks", "chunk_index", "support_calibration")],
+                            resources={"postgres": resource, "corpus": CorpusResource(report_dir=str(tmp_path))})
+    assert result.success
+    [event] = [e for e in result.get_asset_materialization_events() if e.asset_key == dg.AssetKey(["fixture", "support_calibration"])]
+    meta = {k: v.value for k, v in event.materialization.metadata.items()}
+    assert meta["answerable_questions"] == 48 and meta["off_corpus_questions"] == len(calibration.off_corpus())
+    assert 0 <= meta["answer_rate"] <= 1 and 0 <= meta["refusal_rate"] <= 1
+    assert meta["plot"].startswith("![reliability](data:image/png;base64,") and (tmp_path / "fixture" / "hash" / "support_calibration.png").exists()
+    assert ("threshold" in meta) == (meta["source"] == "corpus")
+    with resource.connect() as conn:
+        stored = conn.execute(f'SELECT calibration FROM "{PREFIX}hash".support_calibration').fetchone()[0]
+    assert stored["answerable"] == 48 and dataclasses.asdict(calibration.Calibration.from_dict(stored))["note"] == meta["note"]
