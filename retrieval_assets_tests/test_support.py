@@ -10,19 +10,18 @@ import dagster as dg
 import numpy as np
 import pytest
 
-from retrieval_assets import pg
 from retrieval_assets.answers import answer, calibration, reliability, respond, support
 from retrieval_assets.answers.citations import REFUSAL
 from retrieval_assets.answers.support import Evidence, SupportModel
 from retrieval_assets.corpus.registry import FIXTURE_CORPUS, Corpus
 from retrieval_assets.defs import answers as answers_defs
 from retrieval_assets.defs.corpora import corpus_definitions
-from retrieval_assets.defs.resources import CorpusResource, PostgresResource
+from retrieval_assets.defs.resources import CorpusResource
 from retrieval_assets.index import chunker, store
 from retrieval_assets.index.embed import HashEmbedder
 from retrieval_assets.search import pipeline
 from retrieval_assets.types import Chunk, Hit
-from retrieval_assets_tests.test_answer import ScriptedQuery
+from retrieval_assets_tests.test_answer import ScriptedQuery, resource  # noqa: F401 (a fixture)
 
 # --- evidence and model on invented examples -------------------------------------------------------------------------
 
@@ -181,16 +180,7 @@ def test_any_question_gets_an_answer_or_the_refusal(conn, small, question):
     assert r.result.faithfulness.refused or (r.result.faithfulness.cited and r.result.faithfulness.uncited_claims == 0)
 
 
-# --- the calibration asset on the fixture ---------------------------------------------------------------------------
-
-PREFIX = "t_support_"
-
-
-@pytest.fixture(scope="module")
-def resource(pg_dsn):
-    yield PostgresResource(dsn=pg_dsn, schema_prefix=PREFIX)
-    with pg.connect(pg_dsn) as admin:
-        admin.execute(f'DROP SCHEMA IF EXISTS "{PREFIX}hash" CASCADE')
+# --- the calibration asset on the fixture (in test_answer's schemas: its ``resource`` fixture) -----------------------------
 
 
 def test_calibration_asset_materialises_for_the_fixture(resource, tmp_path):
@@ -206,5 +196,5 @@ def test_calibration_asset_materialises_for_the_fixture(resource, tmp_path):
     assert meta["plot"].startswith("![reliability](data:image/png;base64,") and (tmp_path / "fixture" / "hash" / "support_calibration.png").exists()
     assert ("threshold" in meta) == (meta["source"] == "corpus")
     with resource.connect() as conn:
-        stored = conn.execute(f'SELECT calibration FROM "{PREFIX}hash".support_calibration').fetchone()[0]
+        stored = conn.execute(f'SELECT calibration FROM "{resource.schema("hash")}".support_calibration').fetchone()[0]
     assert stored["answerable"] == 48 and dataclasses.asdict(calibration.Calibration.from_dict(stored))["note"] == meta["note"]

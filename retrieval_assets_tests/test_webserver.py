@@ -119,13 +119,14 @@ def test_graphql_lists_each_corpus_with_its_own_assets_groups_and_partitions(web
     data = _graphql(webserver[0], "{ assetNodes { assetKey { path } groupName partitionKeys kinds } }")
     nodes = {"/".join(n["assetKey"]["path"]): n for n in data["assetNodes"]}
     names = ("documents", "chunks", "golden_queries", "chunk_index", "eval_run", "failure_report", "what_ifs",
-             "embedder_comparison", "eval_trend", "answers")
+             "embedder_comparison", "eval_trend", "support_calibration", "answers")
     assert set(nodes) == {f"{c}/{n}" for c in ("fixture", "harbour") for n in names} | {"cranfield_report"}
     for corpus in ("fixture", "harbour"):
         assert nodes[f"{corpus}/eval_run"]["partitionKeys"] == ["hash", "minilm", "bge-small"]
         assert nodes[f"{corpus}/documents"]["partitionKeys"] == []
         groups = {n: nodes[f"{corpus}/{n}"]["groupName"] for n in names}
-        assert groups == {**{n: corpus for n in names}, "answers": f"{corpus}_live", "what_ifs": f"{corpus}_experiments",
+        assert groups == {**{n: corpus for n in names}, "answers": f"{corpus}_live", "support_calibration": f"{corpus}_live",
+                          "what_ifs": f"{corpus}_experiments",
                           "eval_trend": f"{corpus}_reports"}
         assert "postgres" in nodes[f"{corpus}/chunk_index"]["kinds"]
     assert nodes["cranfield_report"]["groupName"] == "benchmark"

@@ -1,1 +1,1 @@
-"""Scripts that derive a constant of the library from measurements (answer.SUPPORT_FLOOR)."""
+"""Scripts that derive a constant of the library from measurements (answer.SUPPORT_FLOOR, answers/support_defaults.json)."""

@@ -137,8 +137,11 @@ def main(argv: list[str] | None = None) -> int:
             l2, thr = choose(data)
             defaults[key] = fit_on(data, l2, thr).as_dict() | {"l2": l2}
             pooled += data
-    text = (f"Off-corpus questions: {len(calibration.off_corpus())} ({sum(q.lang == 'en' for q in calibration.off_corpus())} English). "
-            "Each row is held out: the model is fitted on the other corpora (`python -m benchmarks answer_support`).\n\n" + "\n".join(lines) + "\n")
+    off = calibration.off_corpus()
+    text = (f"# Answers and refusals, held out by corpus\n\nMeasured {common.host()['date']} on {common.host_line()}; code {common.code_version()}; "
+            f"{common.load_average()} at the end (quality figures, not speed). Reproduce: `uv run python -m benchmarks answer_support`.\n\n"
+            f"Off-corpus questions: {len(off)} ({sum(q.lang == 'en' for q in off)} English, {len({q.lang for q in off})} languages). Each row "
+            "is held out: the model is fitted on the other two corpora, off-corpus questions by domain fold.\n\n" + "\n".join(lines) + "\n")
     common.write_report(text, args.out)
     if args.write_default:
         l2, thr = choose(pooled) if len(args.embedders.split(",")) > 1 else (defaults[key]["l2"], defaults[key]["threshold"])

@@ -21,7 +21,7 @@ import functools
 import hashlib
 import json
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -231,7 +231,3 @@ def for_index(conn: psycopg.Connection, retriever: pipeline.Retriever, questions
     store(conn, retriever.schema, fp, made)
     return made, True
 
-
-def with_threshold(calibration: Calibration, threshold: float) -> Calibration:
-    """The same calibration answering at another threshold."""
-    return replace(calibration, model=replace(calibration.model, threshold=threshold))

@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 
 from retrieval_assets.answers.calibration import Calibration
+from retrieval_assets.evaluation import trend
 
 
 def summary(calibration: Calibration) -> str:
@@ -56,9 +57,4 @@ def plot(calibration: Calibration, path: str | Path, title: str = "") -> Path:
     right.set_ylim(-0.02, 1.02)
     right.legend(fontsize=8)
     fig.suptitle(title or f"support calibration ({calibration.source})")
-    fig.tight_layout()
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=90)
-    plt.close(fig)
-    return path
+    return trend.save(fig, path)

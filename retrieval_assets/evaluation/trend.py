@@ -42,6 +42,13 @@ def plot(rows: list[dict], path: str | Path, title: str = "") -> Path:
     axes[0].legend(fontsize=8)
     if title:
         fig.suptitle(title)
+    return save(fig, path)
+
+
+def save(fig, path: str | Path) -> Path:
+    """Write a matplotlib figure as a PNG at ``path`` (its folder made) and close it."""
+    from matplotlib import pyplot as plt
+
     fig.tight_layout()
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
