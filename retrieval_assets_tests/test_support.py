@@ -156,7 +156,9 @@ def test_small_corpus_answers_the_answerable_and_refuses_the_rest(conn, small):
         assert not r.supported and r.result.text == REFUSAL, (question, r.support)
     # a corpus without golden questions: its calibration says it uses the default, and the answers asset's metadata too
     assert answers_defs.corpus_questions(Corpus("lighthouse", str(folder))) == []
-    assert "cross-corpus default" in reliability.summary(cal)
+    meta = answers_defs.calibration_metadata(cal)
+    assert meta["source"] == "default" and meta["note"].startswith("no answerable questions of its own: the cross-corpus default")
+    assert "answer_rate" not in meta and "cross-corpus default" in reliability.summary(cal)
 
 
 def test_no_model_call_for_a_refused_question(conn, small):

@@ -28,11 +28,12 @@ import numpy as np
 import psycopg
 import yaml
 
-from retrieval_assets.answers import support
+from retrieval_assets.answers import answer, support
 from retrieval_assets.answers.support import Evidence, SupportModel
 from retrieval_assets.index.tables import statement
 from retrieval_assets.params import RetrievalParams
 from retrieval_assets.search import pipeline
+from retrieval_assets.types import Chunk
 
 HERE = Path(__file__).resolve().parent
 OFF_CORPUS = HERE / "off_corpus.yaml"
@@ -98,7 +99,7 @@ def measure(conn: psycopg.Connection, retriever: pipeline.Retriever, questions: 
     rows, top = [], []
     for question in questions:
         trace = pipeline.run(conn, retriever, question, params)
-        sources = [trace.chunks[r.chunk_id] for r in trace.final if r.chunk_id in trace.chunks]
+        sources = [c for c, _ in answer.sources_of(conn, retriever, question, trace)]
         rows.append(support.evidence(question, trace.vector, trace.text, sources, stats).array())
         top.append(support.top_cosine(trace.vector))
     return Measured(np.array(rows, dtype=float).reshape(-1, len(support.FEATURES)), np.array(top, dtype=float))
@@ -117,8 +118,8 @@ class Calibration:
     separates: bool | None  # whether the corpus's own held-out scores separate (None: no questions of its own)
     held_out: dict = field(default_factory=dict, repr=False)  # {"answerable": [...], "off_corpus": [...]} support scores
 
-    def evidence(self, query: str, trace: pipeline.Trace, stats: support.StemStats) -> Evidence:
-        sources = [trace.chunks[r.chunk_id] for r in trace.final if r.chunk_id in trace.chunks]
+    def evidence(self, query: str, trace: pipeline.Trace, sources: Sequence[Chunk], stats: support.StemStats) -> Evidence:
+        """``support.evidence`` of ``sources`` (the trace's final chunks) against this corpus's reference cosines."""
         return support.evidence(query, trace.vector, trace.text, sources, stats, self.reference)
 
     def as_dict(self) -> dict:

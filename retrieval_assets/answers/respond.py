@@ -40,7 +40,7 @@ def respond(conn: psycopg.Connection, retriever: pipeline.Retriever, question: s
     found = answer.sources_of(conn, retriever, question, trace)
     chunks, scores = [c for c, _ in found], [s for _, s in found]
     stats = support.stem_stats(pipeline.corpus_stats(conn, retriever.schema))
-    evidence = calibration.evidence(question, trace, stats)
+    evidence = calibration.evidence(question, trace, chunks, stats)
     probability = calibration.model.probability(evidence)
     supported = probability >= calibration.model.threshold and bool(chunks)
     if answerer == "extractive":
