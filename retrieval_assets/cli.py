@@ -33,7 +33,6 @@ from retrieval_assets.corpus.datasets import DatasetError
 from retrieval_assets.index.fastembed_models import ModelUnavailableError
 from retrieval_assets.params import DEFAULT, FUSION, LEXICAL, PIPELINES, RetrievalParams
 
-PROJECT_CORPUS = Path(__file__).resolve().parents[1] / "fixtures" / "corpus"
 
 
 class UsageError(Exception):
@@ -76,7 +75,7 @@ def _parser() -> argparse.ArgumentParser:
             p.add_argument("--corpus-name", default=None, help="only this corpus (default: all)")
     for name, help_text in specs.items():
         p = commands.add_parser(name, help=help_text, description=help_text)
-        p.add_argument("--corpus", default=str(PROJECT_CORPUS), help=f"corpus directory (default: the fixture corpus, {PROJECT_CORPUS})")
+        p.add_argument("--corpus", default=str(partitions.FIXTURE_DIR), help=f"corpus directory (default: the fixture corpus, {partitions.FIXTURE_DIR})")
         p.add_argument("--max-chars", type=int, default=1200)
         p.add_argument("--overlap", type=int, default=1)
         if name == "chunk-stats":

@@ -4,8 +4,9 @@ Contract: ``PARTITIONS`` maps each partition key (``hash``, ``minilm``, ``bge-sm
 ``Partition``; ``get(key)`` raises ``ValueError`` naming the known keys; ``schema_name`` is the
 only rule that turns a key (and a corpus name) into a Postgres schema name (for the partition's
 index and for the scratch and command-line schemas beside it): the fixture corpus keeps the bare
-names (``hash``), any other corpus ``<corpus>__<name>`` (``handbook__hash``). Assets, the command
-line, benchmarks and the schedule read this module; nothing else builds a schema name.
+names (``hash``), any other corpus ``<corpus>__<name>`` (``handbook__hash``); ``job_name`` is the same
+rule for a corpus's jobs, schedule and sensor (``evaluate_embedders__handbook``). Assets, the command
+line, benchmarks and the schedule read this module; nothing else builds a schema or job name.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from dataclasses import dataclass, field
 
 from pathlib import Path
 
+from retrieval_assets import ROOT
 from retrieval_assets.index.embed import Embedder, HashEmbedder
 
 HISTORY = "retrieval_history"  # the schema of the eval_runs history (after the prefix)
@@ -25,7 +27,7 @@ IO_TABLE = "asset_values"  # their table there
 PREFIX_VARIABLE = "RETRIEVAL_SCHEMA_PREFIX"  # put before every schema name by the assets and the command line
 
 FIXTURE = "fixture"  # the name of this checkout's fixture corpus, the only one with quality floors
-FIXTURE_DIR = Path(__file__).resolve().parents[1] / "fixtures" / "corpus"
+FIXTURE_DIR = ROOT / "fixtures" / "corpus"
 _CORPUS_NAME = re.compile(r"[a-z][a-z0-9_]{0,23}")
 
 # What a schema is for: the partition's own index, or a scratch index beside it.
@@ -148,3 +150,9 @@ def schema_name(key: str, role: str = "index", prefix: str = "", corpus: str = F
             raise ValueError(f"run id '{run}' has no letters or digits to name a scratch schema with")
         base += "_" + token
     return prefix + (base if corpus == FIXTURE else f"{check_corpus_name(corpus)}__{base}")
+
+
+def job_name(base: str, corpus: str = FIXTURE) -> str:
+    """Job (schedule, sensor) ``base`` of ``corpus``: ``base`` for the fixture corpus (``evaluate_embedders``),
+    ``<base>__<corpus>`` for any other (``evaluate_embedders__handbook``)."""
+    return base if corpus == FIXTURE else f"{base}__{check_corpus_name(corpus)}"

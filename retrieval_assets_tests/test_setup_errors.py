@@ -217,10 +217,14 @@ def _written(server: str, corpus: str) -> tuple:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("case", ["missing folder", "bad golden set", "unknown partition"])
-def test_bad_input_is_the_same_sentence_first_and_writes_nothing(server, tmp_path, case):
+@pytest.mark.parametrize("case", ["missing folder", "bad golden set", "unknown partition", "unavailable model"])
+def test_bad_input_is_the_same_sentence_in_one_line_and_writes_nothing(server, tmp_path, case):
+    """The CLI's sentence (exit 2) is ``dg launch``'s one line: before any run (unknown partition), or as the failed
+    step's STEP_FAILURE line, with no Python stack after it (``defs/console.py``); ``dg`` exits 1 (its own code)."""
     env = _env(tmp_path, _dsn(server, "t_setup_ok"), _url(server, "t_setup_dagster"))
-    name = {"missing folder": "gone", "bad golden set": "badgold", "unknown partition": "ferries"}[case]
+    (tmp_path / "cache").mkdir()
+    env.update(HF_HUB_OFFLINE="1", FASTEMBED_CACHE_PATH=str(tmp_path / "cache"))  # bge-small's files: not on this machine
+    name = {"missing folder": "gone", "bad golden set": "badgold", "unknown partition": "ferries", "unavailable model": "nomodel"}[case]
     folder = tmp_path / name
     folder.mkdir()
     (folder / "ferry.md").write_text("# Ferry\n\nThe ferry leaves the harbour at dawn every day.\n")
@@ -230,20 +234,34 @@ def test_bad_input_is_the_same_sentence_first_and_writes_nothing(server, tmp_pat
     assert added.returncode == 0, added.stderr
     if case == "missing folder":
         folder.rename(tmp_path / "moved")
-    cli_args = ["--embedder", "nope"] if case == "unknown partition" else ["--corpus", str(folder)]
-    sentence = _cli_sentence(_cli(env, "evaluate", *cli_args))
+    partition = {"unknown partition": "nope", "unavailable model": "bge-small"}.get(case, "hash")
+    cli_args = ["--embedder", partition] if partition != "hash" else []
+    sentence = _cli_sentence(_cli(env, "evaluate", "--corpus", str(folder), *cli_args))
     before, runs = _written(server, name), _runs(server)
-    code, lines = _launch(env, f"evaluate_embedders__{name}", "nope" if case == "unknown partition" else "hash")
+    code, lines = _launch(env, partitions.job_name("evaluate_embedders", name), partition)
     assert code != 0
     if case == "unknown partition":
         assert sentence.endswith("unknown embedder 'nope': the embedder partitions are hash, minilm, bge-small")
         assert lines == ["error: unknown embedder 'nope': the embedder partitions are hash, minilm, bge-small"]
         assert _runs(server) == runs  # refused before a run was made
+        assert _written(server, name) == before == ([PREFIX + partitions.HISTORY], 0, 0)
+        return
+    step, told = {"missing folder": ("documents", f"documents: {sentence} (corpus {name} was registered with it: restore it "
+                                     f"there, or register it again: corpus remove {name} --yes, then corpus add {name} PATH)"),
+                  "bad golden set": ("documents", f"golden_queries: {sentence}"),
+                  "unavailable model": ("chunk_index", f"chunk_index bge-small: {sentence}")}[case]
+    failed = [line for line in lines if " - STEP_FAILURE - " in line]
+    assert len(failed) == 1 and failed[0].endswith(f" - {name}__{step} - STEP_FAILURE - {told}"), lines
+    assert f" - ERROR - {partitions.job_name('evaluate_embedders', name)} - " in failed[0]
+    # every line one record: the failure, Dagster's one line per skipped step, RUN_FAILURE, click's last line
+    assert all(" - dagster - " in line for line in lines[:-1]) and lines[-1].startswith("Error: Run "), lines
+    assert not any("Stack Trace" in line or line.startswith("  File ") for line in lines)
+    assert _runs(server) == runs + 1
+    if case == "unavailable model":  # the corpus steps before it log first; nothing of the partition is written
+        assert " - INFO - " in lines[0] and lines[0].endswith(f" - {name}__documents - corpus {name}: 1 documents from {folder}")
+        assert failed[0] == lines[1]
+        schemas, _values, history_rows = _written(server, name)
+        assert partitions.schema_name("bge-small", prefix=PREFIX, corpus=name) not in schemas and history_rows == 0
     else:
-        step = {"missing folder": "documents", "bad golden set": "golden_queries"}[case]
-        assert lines[0].endswith(f" - {name}__documents - {step}: {sentence}" if case == "bad golden set"
-                                 else f" - {name}__documents - {step}: {sentence} (corpus {name} was registered with it: "
-                                 f"restore it there, or register it again: corpus remove {name} --yes, then corpus add {name} PATH)")
-        assert f" - ERROR - evaluate_embedders__{name} - " in lines[0]
-        assert _runs(server) == runs + 1
-    assert _written(server, name) == before == ([PREFIX + partitions.HISTORY], 0, 0)
+        assert failed[0] == lines[0]
+        assert _written(server, name) == before == ([PREFIX + partitions.HISTORY], 0, 0)

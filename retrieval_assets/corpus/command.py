@@ -38,7 +38,7 @@ def run(args: argparse.Namespace, out) -> None:
             corpus, new = registry.add(conn, schema, args.name, args.path)
             state = "registered" if new else "already registered"
             print(f"corpus {corpus.name}: {corpus.path} {state}; its job: "
-                  f"dg launch --job evaluate_embedders__{corpus.name} --partition hash", file=out)
+                  f"dg launch --job {partitions.job_name('evaluate_embedders', corpus.name)} --partition hash", file=out)
         elif args.action == "list":
             for c in registry.listed(conn, schema):
                 print(f"{c.name:<24} {c.path}{'' if Path(c.path).is_dir() else '  (folder missing)'}", file=out)

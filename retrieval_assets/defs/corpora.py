@@ -49,8 +49,9 @@ def corpora() -> dg.Definitions:
     except pg.ConnectError:
         if remote.refusal() is None:
             raise
-        # A remote step's process without RETRIEVAL_DSN (defs/remote.py): the fixture's definitions, read from
-        # no server, so that its step fails with the one line naming RETRIEVAL_DSN and the run's server (an
-        # error of the definitions load reaches the launcher through Celery without its cause).
+        # A remote step's process without RETRIEVAL_DSN (defs/remote.py) whose instance is not the project's (a
+        # Celery task's is, and refuses first: instance.check_remote_settings): the fixture's definitions, read from
+        # no server, so that its step fails with the one line naming RETRIEVAL_DSN and the run's server (an error
+        # of the definitions load reaches a launcher without its cause).
         return definitions_for([registry.FIXTURE_CORPUS])
     return definitions_for(registered, server.tag())

@@ -15,12 +15,13 @@ from pathlib import Path
 
 import dagster as dg
 
+from retrieval_assets import partitions
 from retrieval_assets.corpus import golden
 
 from retrieval_assets.index import chunker
 from retrieval_assets.corpus import registry
 from retrieval_assets.corpus.registry import Corpus
-from retrieval_assets.defs.partitions import group, ins, job_name, key
+from retrieval_assets.defs.partitions import group, ins, key
 from retrieval_assets.defs.resources import CorpusResource, PostgresResource, user_errors
 from retrieval_assets.types import Chunk, Document
 
@@ -68,7 +69,7 @@ def check_requested_corpus(context: dg.AssetExecutionContext, corpus: Corpus) ->
             other, new = registry.add(conn, postgres.history_schema, requested.name, requested.path)
     raise dg.Failure(description=f"corpus {other.name} ({other.path}) is {'registered now' if new else 'registered'}; this job "
                      f"evaluates corpus {corpus.name}. Launch the corpus's own job (the definitions list it once reloaded): "
-                     f"dg launch --job {job_name(other, 'evaluate_embedders')} --partition PARTITION")
+                     f"dg launch --job {partitions.job_name('evaluate_embedders', other.name)} --partition PARTITION")
 
 
 def corpus_assets(corpus: Corpus) -> list[dg.AssetsDefinition]:

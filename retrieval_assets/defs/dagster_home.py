@@ -6,8 +6,8 @@ first-run banner, from ``$DAGSTER_HOME/dagster.yaml`` alone (or the user's ``dg.
 reads anything of the project. The ``retrieval_assets_dg.pth`` file that this package installs
 imports this module at the start of a ``dg`` process only (no other interpreter pays for it); in
 the project root, with no ``DAGSTER_HOME`` of the user's, it names the root, as
-``python -m retrieval_assets.ui`` does for the other Dagster commands. Plain ``os`` only: this
-runs before anything else is imported.
+``python -m retrieval_assets.ui`` does for the other Dagster commands. Plain ``os`` and the package's
+``ROOT`` only: this runs before anything else is imported.
 
 It also sets ``sys.excepthook``: an error the project foresees (a refused privilege, an unreachable server,
 an unknown partition) that stops ``dg`` before any step is one line (``launch_errors.py``, imported only
@@ -17,7 +17,9 @@ then).
 import os
 import sys
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+import retrieval_assets
+
+ROOT = str(retrieval_assets.ROOT)
 
 
 def point_at_root() -> None:

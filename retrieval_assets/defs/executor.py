@@ -19,6 +19,7 @@ needs a job Dagster can rebuild there and a persistent instance (the root ``dags
 from __future__ import annotations
 
 import warnings
+from urllib.parse import urlsplit
 
 import dagster as dg
 from dagster._core.definitions.executor_definition import (
@@ -27,6 +28,7 @@ from dagster._core.definitions.executor_definition import (
     _core_in_process_executor_creation,
     _core_multiprocess_executor_creation,
 )
+from dagster._core.errors import DagsterUserCodeExecutionError, user_code_error_boundary
 from dagster._core.executor.init import InitExecutorContext
 
 DEFAULT = "in_process"
@@ -54,6 +56,31 @@ OPTIONAL = _optional()
 CHOICES = (DEFAULT, "multiprocess", *OPTIONAL)
 
 
+def _masked(url: str) -> str:
+    parts = urlsplit(url)
+    return url.replace(f":{parts.password}@", ":***@", 1) if parts.password else url
+
+
+def check_celery(config: dict) -> None:
+    """The run's Celery broker and result backend (when they are a broker: redis or AMQP) answer, else a
+    ``dg.Failure`` of one line naming the URL, password masked; dagster-celery would retry for about 25 s
+    and end in a traceback of 140 lines."""
+    from dagster_celery.defaults import broker_url
+    from kombu import Connection
+
+    for role, url in (("broker", config.get("broker") or broker_url), ("backend", config.get("backend") or "")):
+        if not url.startswith(("redis://", "rediss://", "amqp://", "pyamqp://")):
+            continue  # rpc:// is the broker's connection; a database backend is not checked here
+        connection = Connection(url, connect_timeout=5)
+        try:
+            connection.ensure_connection(max_retries=1, interval_start=0, interval_step=0)
+        except Exception as exc:  # noqa: BLE001 - kombu raises its own OperationalError or the transport's
+            raise dg.Failure(description=f"the Celery {role} at {_masked(url)} cannot be reached ({exc}): start it, or set "
+                             f"execution.config.celery.{role} in the run config to one that runs", metadata={role: _masked(url)}) from None
+        finally:
+            connection.release()
+
+
 def _requirements(config) -> list:
     """In process needs nothing; every other choice runs steps in other processes."""
     name = next(iter(config or {DEFAULT: {}}))
@@ -79,5 +106,7 @@ def retrieval_executor(init_context: InitExecutorContext) -> dg.Executor:
     chosen = OPTIONAL[name]
     if name == "celery":  # dagster-celery defines its task again for every step it sends; Celery warns each time
         warnings.filterwarnings("ignore", message="Task name 'execute_plan' is already registered")
+        with user_code_error_boundary(DagsterUserCodeExecutionError, lambda: "Error occurred while checking the Celery broker"):
+            check_celery(config)  # in the boundary: the run ends as a failure of its start, not NOT_STARTED
     return chosen.executor_creation_fn(InitExecutorContext(job=init_context.job, executor_def=chosen, executor_config=config,
                                                            instance=init_context.instance))

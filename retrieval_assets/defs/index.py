@@ -42,7 +42,8 @@ def index_assets(corpus: Corpus) -> list[dg.AssetsDefinition]:
         partition = context.partition_key
         missing = partitions.get(partition).missing()
         if missing is not None:  # fails at once: the schedule never requests such a partition
-            raise dg.Failure(description=f"chunk_index {partition}: {missing}")
+            raise dg.Failure(description=f"chunk_index {partition}: {missing}",
+                             metadata={"error": "ModelUnavailableError", "step": f"chunk_index {partition}", "partition": partition})
         with user_errors(f"chunk_index {partition}"):
             embedder = partitions.embedder(partition)
             schema = postgres.schema(partition, corpus=corpus.name)

@@ -23,7 +23,7 @@ from psycopg.conninfo import conninfo_to_dict
 from sqlalchemy.engine import make_url
 
 from retrieval_assets import pg
-from retrieval_assets.defs import remote  # noqa: F401 - a Celery task's instance never starts an embedded server
+from retrieval_assets.defs import remote  # a Celery task's instance never starts an embedded server
 from retrieval_assets.pg import errors as pg_errors
 
 DATABASE = "dagster"
@@ -35,6 +35,24 @@ ENV_URL = "DAGSTER_PG_URL"
 URL_SCHEMES = ("postgresql", "postgres", "postgresql+psycopg", "postgresql+psycopg2")
 POOL_RECYCLE_S = 3600  # the pool's connections are replaced after an hour
 POOL_OVERFLOW = 4  # connections beyond the pooled one while several threads store at once, closed when returned
+
+
+REMOTE_NEEDS = {ENV_URL: "the launcher's Dagster database (where its runs are)",
+                pg.ENV_DSN: "the launcher's retrieval database (its corpus registry, indexes and history)"}
+
+
+def check_remote_settings() -> None:
+    """A process that runs steps of runs launched elsewhere (``remote.remote_process``: a Celery task opens
+    the instance before it loads the job) needs both databases named, or it fails in ways that name neither:
+    without ``DAGSTER_PG_URL`` the default, a ``dagster`` database on the retrieval server, does not hold the
+    run ("Could not load run"); without ``RETRIEVAL_DSN`` the definitions cannot read the corpus registry (a
+    corpus's job "not found"). ``ConnectError`` naming what is missing, before anything is created."""
+    where = remote.remote_process()
+    missing = [name for name in REMOTE_NEEDS if not os.environ.get(name)]
+    if where and missing:
+        raise pg.ConnectError(f"{' and '.join(missing)} {'is' if len(missing) == 1 else 'are'} not set in {where}, which runs "
+                              "steps of runs launched elsewhere: set " + "; ".join(f"{name} to {REMOTE_NEEDS[name]}" for name in missing)
+                              + "; a remote step never falls back to a database of its own")
 
 
 def dagster_url(database: str = DATABASE) -> str:
@@ -137,6 +155,7 @@ class RetrievalStorage(_Unconfigured, DagsterPostgresStorage):
 
     @classmethod
     def from_config_value(cls, inst_data, config_value):  # noqa: ARG003 - nothing to configure
+        check_remote_settings()
         url = storage_url(dagster_url())
         check_storage(url)
         storage = cls(postgres_url=url, inst_data=inst_data)

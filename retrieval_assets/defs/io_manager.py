@@ -110,7 +110,7 @@ class PostgresPickleIOManager(dg.ConfigurableIOManager):
     def _producers(self, context: dg.InputContext, partition_keys: Sequence[str]) -> dict[str, str | None]:
         """Per partition, the run whose value to read: the producing step's run when that run materialised
         the partition (this run, or the parent a re-execution reuses), else the latest materialisation in
-        the event log (None: none recorded)."""
+        the event log (None: none recorded): at most three queries of the event log however many partitions."""
         producer = None
         try:
             producer = context.upstream_output.run_id if context.upstream_output is not None else None
@@ -121,15 +121,20 @@ class PostgresPickleIOManager(dg.ConfigurableIOManager):
             events = context.instance.get_records_for_run(producer, of_type=dg.DagsterEventType.ASSET_MATERIALIZATION).records
             here = {r.event_log_entry.dagster_event.partition or "" for r in events
                     if r.event_log_entry.dagster_event.asset_key == context.asset_key}
-        runs: dict[str, str | None] = {}
-        for p in partition_keys:
-            if p in here:
-                runs[p] = producer
-                continue
+        runs: dict[str, str | None] = {p: producer for p in partition_keys if p in here}
+        rest = [p for p in partition_keys if p not in here]
+        if rest == [""]:  # unpartitioned: its latest materialisation
+            records = context.instance.fetch_materializations(context.asset_key, limit=1).records
+            runs[""] = records[0].run_id if records else None
+        elif rest:  # the latest materialisation of every partition, then their runs
+            latest = context.instance.get_latest_storage_id_by_partition(
+                context.asset_key, dg.DagsterEventType.ASSET_MATERIALIZATION, set(rest))
             records = context.instance.fetch_materializations(
-                dg.AssetRecordsFilter(asset_key=context.asset_key, asset_partitions=[p] if p else None), limit=1).records
-            runs[p] = records[0].run_id if records else None
-        return runs
+                dg.AssetRecordsFilter(asset_key=context.asset_key, storage_ids=list(latest.values())),
+                limit=len(latest)).records if latest else []
+            by_id = {r.storage_id: r.run_id for r in records}
+            runs.update({p: by_id.get(latest[p]) if p in latest else None for p in rest})
+        return {p: runs.get(p) for p in partition_keys}
 
     def _load(self, context: dg.InputContext, key: str, partition_keys: Sequence[str]) -> dict[str, object]:
         """The values of ``key`` for ``partition_keys``, in that order; a ``dg.Failure`` for a missing one

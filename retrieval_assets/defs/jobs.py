@@ -7,7 +7,7 @@ import dagster as dg
 from retrieval_assets import partitions
 from retrieval_assets.corpus.registry import Corpus
 from retrieval_assets.defs.corpus import CORPUS_TAG
-from retrieval_assets.defs.partitions import embedders, group, job_name, key
+from retrieval_assets.defs.partitions import embedders, group, key
 from retrieval_assets.defs.remote import SERVER_TAG
 
 
@@ -16,16 +16,16 @@ def corpus_jobs(corpus: Corpus, server: str = "") -> dg.Definitions:
     ``server``: the Postgres their runs use, as a tag each step checks (``defs/remote.py``)."""
     tags = {CORPUS_TAG: corpus.name, **({SERVER_TAG: server} if server else {})}
     evaluate = dg.define_asset_job(
-        job_name(corpus, "evaluate_embedders"), selection=dg.AssetSelection.groups(group(corpus)), tags=tags,
+        partitions.job_name("evaluate_embedders", corpus.name), selection=dg.AssetSelection.groups(group(corpus)), tags=tags,
         description=f"Corpus {corpus.name}: index and evaluate one embedder partition, then write the failure report and "
         "refresh the comparison.",
     )
     refresh = dg.define_asset_job(
-        job_name(corpus, "refresh_reports"), selection=dg.AssetSelection.groups(group(corpus, "reports")), tags=tags,
+        partitions.job_name("refresh_reports", corpus.name), selection=dg.AssetSelection.groups(group(corpus, "reports")), tags=tags,
         description=f"Corpus {corpus.name}: refresh eval_trend from the eval_runs history.",
     )
 
-    @dg.schedule(name=job_name(corpus, "nightly_evaluation"), job=evaluate, cron_schedule="0 3 * * *",
+    @dg.schedule(name=partitions.job_name("nightly_evaluation", corpus.name), job=evaluate, cron_schedule="0 3 * * *",
                  default_status=dg.DefaultScheduleStatus.STOPPED,
                  description=f"Nightly, corpus {corpus.name}: one run per embedder partition whose model files are on this machine "
                  "(the others are not requested, so no run or check of theirs reads as failed).")
@@ -44,7 +44,7 @@ def corpus_jobs(corpus: Corpus, server: str = "") -> dg.Definitions:
         return [dg.RunRequest(run_key=f"{corpus.name}-{p}-{context.scheduled_execution_time:%Y%m%d}", partition_key=p, tags=tags)
                 for p in runnable]
 
-    @dg.asset_sensor(asset_key=key(corpus, "eval_run"), name=job_name(corpus, "reports_after_evaluation"), job=refresh,
+    @dg.asset_sensor(asset_key=key(corpus, "eval_run"), name=partitions.job_name("reports_after_evaluation", corpus.name), job=refresh,
                      default_status=dg.DefaultSensorStatus.RUNNING,
                      description=f"With the daemon running, refresh corpus {corpus.name}'s eval_trend after any of its eval_runs.")
     def reports_after_evaluation(context: dg.SensorEvaluationContext, asset_event: dg.EventLogEntry):

@@ -23,6 +23,17 @@ def _foreseen() -> tuple[type[BaseException], ...]:
     return (*USER_ERRORS, dg.Failure, dg.DagsterUnknownPartitionError)
 
 
+def foreseen_names() -> set[str]:
+    """The qualified class names (``module.Class``, as a traceback's last line starts) of the foreseen errors and
+    their subclasses: how ``console.py`` knows them in a serialized error."""
+    names, kinds = set(), list(_foreseen())
+    while kinds:
+        kind = kinds.pop()
+        names.add(f"{kind.__module__}.{kind.__qualname__}")
+        kinds.extend(kind.__subclasses__())
+    return names
+
+
 def foreseen(exc: BaseException | None) -> BaseException | None:
     """``exc`` or the first error it was raised from (``__cause__``, else ``__context__``) that is foreseen."""
     kinds, seen = _foreseen(), set()

@@ -37,11 +37,6 @@ def group(corpus: Corpus, kind: str = "") -> str:
     return f"{corpus.name}_{kind}" if kind else corpus.name
 
 
-def job_name(corpus: Corpus, base: str) -> str:
-    """``base`` for the fixture corpus (``evaluate_embedders``), ``<base>__<name>`` for any other."""
-    return base if corpus.is_fixture else f"{base}__{corpus.name}"
-
-
 def ins(corpus: Corpus, *names: str) -> dict[str, dg.AssetIn]:
     """The inputs ``names`` of an asset, read from the same corpus's assets."""
     return {name: dg.AssetIn(key(corpus, name)) for name in names}

@@ -16,7 +16,9 @@ has its run:
   dagster-k8s pod (``DAGSTER_RUN_JOB_NAME`` set: ``K8sRunLauncher``'s run pods too) open the Dagster
   instance and load the definitions (the corpus registry) before any step: there the embedded default is
   refused outright (``refusal``, registered with ``pg.refuse_embedded_when`` when this module is
-  imported, which ``defs.instance`` and ``defs.resources`` do).
+  imported, which ``defs.instance`` and ``defs.resources`` do); one that opens the project's instance
+  (a Celery task does, before it loads the job) needs ``RETRIEVAL_DSN`` and ``DAGSTER_PG_URL`` both
+  (``instance.check_remote_settings``).
 
 The multiprocess executor's step processes are neither: they run on the launcher's host with its
 environment, and reuse its embedded server when it has one (the tag's ``embedded <host>:<folder>``).

@@ -12,7 +12,7 @@ import psycopg
 from pydantic import PrivateAttr
 
 from retrieval_assets import partitions, pg
-from retrieval_assets.defs import remote
+from retrieval_assets.defs import console, remote  # noqa: F401 - console: a foreseen failure is one console line
 from retrieval_assets.defs.executor import retrieval_executor
 
 from retrieval_assets.index import store
@@ -80,16 +80,11 @@ USER_ERRORS = (CorpusError, CorpusNameError, GoldenError, pg.ConnectError, Model
 def user_errors(what: str) -> Iterator[None]:
     """Re-raise a bad corpus, golden set, server, privilege or model as ``dg.Failure`` with the library's
     message (which names the file, query id or host and the fix, never a password) and the error's kind as
-    metadata, logged first as one line: the same sentence the command line prints."""
+    metadata: the same sentence the command line prints, and the console's one line for it (``console.py``)."""
     try:
         yield
     except USER_ERRORS as exc:
-        description = f"{what}: {exc}"
-        # the console's first line of this failure; Dagster's STEP_FAILURE record after it repeats the Failure
-        # with the stack of Dagster's own frames (its console is replaced only through run config, which
-        # `dg launch --partition` does not take from a partitioned job's defaults)
-        dg.get_dagster_logger().error(description)
-        raise dg.Failure(description=description, metadata={"error": type(exc).__name__, "step": what}) from None
+        raise dg.Failure(description=f"{what}: {exc}", metadata={"error": type(exc).__name__, "step": what}) from None
 
 
 def postgres_resource() -> PostgresResource:

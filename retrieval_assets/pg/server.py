@@ -26,6 +26,8 @@ import psycopg
 from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
+from retrieval_assets import ROOT
+
 log = logging.getLogger(__name__)
 
 ENV_DSN = "RETRIEVAL_DSN"
@@ -53,7 +55,7 @@ class ConnectError(RuntimeError):
 def project_home() -> Path:
     """Where ``.retrieval/`` lives: ``$RETRIEVAL_HOME``, else the project root."""
     home = os.environ.get(ENV_HOME)
-    return Path(home) if home else Path(__file__).resolve().parents[2]
+    return Path(home) if home else ROOT
 
 
 def mask_secrets(text: str, dsn: str | None) -> str:
