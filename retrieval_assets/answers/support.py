@@ -37,7 +37,7 @@ from dataclasses import asdict, dataclass, fields
 import numpy as np
 
 from retrieval_assets.search.rerank import CorpusStats
-from retrieval_assets.types import Chunk, Hit, Ranked
+from retrieval_assets.types import Chunk, Hit
 
 _WORD = re.compile(r"\w+")
 _SENTENCE = re.compile(r"(?<=[.!?])\s+|\n\s*\n")
