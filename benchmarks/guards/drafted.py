@@ -77,14 +77,8 @@ def as_golden(items) -> list[GoldenQuery]:
     return [GoldenQuery(i.query_id, i.kind, i.query, i.doc_id, i.anchor) for i in items]
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = common.parser(__doc__)
-    parser.add_argument("--data", default=str(datasets.DEFAULT_CRANFIELD))
-    parser.add_argument("--per-doc", type=int, default=3, help="drafted queries per fixture document")
-    parser.add_argument("--cranfield-docs", type=int, default=1400, help="Cranfield documents drafted from (one query each, evenly spread)")
-    parser.add_argument("--out", default=str(DEFAULT_OUT), help="Markdown report path ('-': print only)")
-    args = parser.parse_args(argv)
-    log = lambda msg: print(msg, file=sys.stderr, flush=True)  # noqa: E731
+def measure(args, log) -> dict:
+    """Per dataset: the drafted set, the hand-written kinds (None: Cranfield) and both nDCG matrices."""
     started = time.perf_counter()
     documents, chunks, golden_set = common.fixture()
     fixture_draft = drafting.draft(documents, chunks, per_doc=args.per_doc)
@@ -119,13 +113,31 @@ def main(argv: list[str] | None = None) -> int:
                                        ("drafted", [i.query for i in cran_draft.items], [{i.doc_id} for i in cran_draft.items])):
             sets["cranfield"].setdefault(label, {})[key] = Scorer(conn, cschema, embedder, cran_chunks, texts, relevant, cran_base,
                                                                  chunk_doc=chunk_doc)
-    lines, tables = [], []
+    out = {}
     for name, draft_set, hand_kinds in (("fixture", fixture_draft, np.array([q.kind for q in golden_set])), ("cranfield", cran_draft, None)):
         t = time.perf_counter()
-        hand, drafted = matrix(sets[name]["hand"]), matrix(sets[name]["drafted"])
+        out[name] = (draft_set, hand_kinds, matrix(sets[name]["hand"]), matrix(sets[name]["drafted"]))
         log(f"{name}: {len(CONFIGS)} configurations scored in {time.perf_counter() - t:.0f} s")
+    out["cranfield_docs"] = len(drafted_from)
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = common.parser(__doc__)
+    parser.add_argument("--data", default=str(datasets.DEFAULT_CRANFIELD))
+    parser.add_argument("--per-doc", type=int, default=3, help="drafted queries per fixture document")
+    parser.add_argument("--cranfield-docs", type=int, default=600, help="Cranfield documents drafted from (one query each, evenly spread)")
+    parser.add_argument("--out", default=str(DEFAULT_OUT), help="Markdown report path ('-': print only)")
+    args = parser.parse_args(argv)
+    log = lambda msg: print(msg, file=sys.stderr, flush=True)  # noqa: E731
+    started = time.perf_counter()
+    found = measure(args, log)
+    lines, tables = [], []
+    for name in ("fixture", "cranfield"):
+        draft_set, hand_kinds, hand, drafted = found[name]
         lines += compare(name, drafted, np.array([i.kind for i in draft_set.items]), hand, hand_kinds)
         tables += ["", *table(name, drafted, hand)]
+    fixture_draft, cran_draft = found["fixture"][0], found["cranfield"][0]
     text = "\n".join([
         "# Drafted golden sets against hand-written ones",
         "",
@@ -136,7 +148,7 @@ def main(argv: list[str] | None = None) -> int:
         f"{len(CONFIGS)} configurations (embedder x lexical list x fusion x rerank, weights vector {DEFAULT.weights[0]:g} / lexical "
         f"{DEFAULT.weights[1]:g}, no MMR), nDCG@10. Drafted by the offline drafter: fixture {len(fixture_draft.items)} queries "
         f"{fixture_draft.counts()}, dropped {dict(fixture_draft.dropped)}; Cranfield {len(cran_draft.items)} queries "
-        f"{cran_draft.counts()} from {len(drafted_from)} abstracts, dropped {dict(cran_draft.dropped)}.",
+        f"{cran_draft.counts()} from {found['cranfield_docs']} abstracts, dropped {dict(cran_draft.dropped)}.",
         "Tau: Kendall's tau-b between the rankings of the configurations by the drafted set and by the hand-written queries; "
         "[95% bootstrap interval], both query sets resampled 2,000 times. Goal: tau >= 0.7.",
         "",

@@ -217,6 +217,7 @@ def draft(documents: Sequence[Document], chunks: Sequence[Chunk], *, per_doc: in
         if not counts[k] and kept:
             out.reasons.append(f"kind {k}: no candidate in any document")
     out.items = kept
+    out.reasons += getattr(drafter, "notes", [])
     out.cost_usd = float(getattr(drafter, "cost_usd", 0.0))
     out.dropped.update(getattr(drafter, "dropped", Counter()))
     return out

@@ -16,7 +16,9 @@ def corpus_jobs(corpus: Corpus, server: str = "") -> dg.Definitions:
     ``server``: the Postgres their runs use, as a tag each step checks (``defs/remote.py``)."""
     tags = {CORPUS_TAG: corpus.name, **({SERVER_TAG: server} if server else {})}
     evaluate = dg.define_asset_job(
-        job_name(corpus, "evaluate_embedders"), selection=dg.AssetSelection.groups(group(corpus)), tags=tags,
+        job_name(corpus, "evaluate_embedders"), tags=tags,
+        # golden_drafts (a user corpus's) writes the draft the user reviews: materialised when asked for, not nightly
+        selection=dg.AssetSelection.groups(group(corpus)) - dg.AssetSelection.assets(key(corpus, "golden_drafts")),
         description=f"Corpus {corpus.name}: index and evaluate one embedder partition, then write the failure report and "
         "refresh the comparison.",
     )
