@@ -157,9 +157,10 @@ def factual(s: Sentence, vocabulary: Vocabulary) -> Candidate | None:
     return Candidate("factual", f"{s.heading}: what about {' '.join(words)}?", s.chunk.doc_id, s.text, "offline:factual/heading", 1.0)
 
 
-def _synonym(word: str, own: set[str]) -> str | None:
-    """The first WordNet synonym of ``word`` that shares no word with the chunk, one word preferred over two."""
-    found = [syn for syn in thesaurus.synonyms(word) if not set(_words(syn)) & own and len(syn.split()) <= 2
+def _synonym(word: str, own: frozenset[str]) -> str | None:
+    """The first WordNet synonym of ``word`` in the sense its chunk suggests that shares no word with the chunk,
+    one word preferred over two."""
+    found = [syn for syn in thesaurus.synonyms(word, own) if not set(_words(syn)) & own and len(syn.split()) <= 2
              and syn.replace(" ", "").replace("-", "").isalpha()]
     return min(found, key=lambda syn: len(syn.split()), default=None)
 
@@ -167,7 +168,7 @@ def _synonym(word: str, own: set[str]) -> str | None:
 def conceptual(s: Sentence, vocabulary: Vocabulary) -> Candidate | None:
     """The sentence's content words without its section's own rare words (said with synonyms the chunk does not
     hold, or left out), at most ``CONCEPT_WORDS`` of them, the most specific, in the sentence's order."""
-    own = set(_words(s.chunk.text))
+    own = frozenset(_words(s.chunk.text))
     words = [w for w in dict.fromkeys(s.words) if w.isalpha() and len(w) > 2 and w not in STOPWORDS]
     said = {w: _synonym(w, own) if vocabulary.rare(w) else w for w in words}
     # the most specific words first: at most SYNONYMS said with synonyms, the rest the sentence's own common words

@@ -6,7 +6,8 @@ per document, at most ``per_doc`` of them, the kinds taken in turn (the first ki
 one document to the next, so the set stays balanced). A candidate is dropped, and counted under
 its reason, when its anchor lies inside no chunk of its document (``golden.relevant``: the rule
 ``golden_queries`` checks), when its kind or text is invalid, or when its query is a near-duplicate
-of one already kept (cosine >= ``DUPLICATE_COSINE`` between HashEmbedder vectors, any document).
+of an earlier candidate of its document or of a query kept from another (the same text, or cosine
+>= ``DUPLICATE_COSINE`` between HashEmbedder vectors).
 The kinds are then trimmed to at most ``balance_cap`` of the rarest kind. A query is flagged
 ``trivial`` with the word that answers it alone: a word it shares with its anchor that occurs in no
 chunk without the anchor. Ids are ``d`` + 8 hex digits of a hash of doc id, kind and query, so the
@@ -34,7 +35,8 @@ STOPWORDS = frozenset("""a about above after again against all also an and any a
 both but by can could did do does doing down during each few for from further had has have having he her here hers him his how i if in
 into is it its itself just may me might more most must my no nor not of off on once only or other our ours out over own same shall she
 should so some such than that the their theirs them then there these they this those through to too under until up upon very was we
-were what when where which while who whom why will with within without would you your yours one two three us via per""".split())
+were what when where which while who whom why will with within without would you your yours one two three us via per every many much
+often still even ever never always another since though although yet rather whether either neither thus hence however therefore etc""".split())
 
 
 @dataclass(frozen=True)
@@ -120,7 +122,7 @@ def anchor_chunk(chunks: Sequence[Chunk], anchor: str) -> Chunk | None:
 
 def trivial_word(query: str, anchor: str, holders: set[str], vocabulary: Vocabulary) -> str | None:
     """A word of both query and anchor found only in chunks that hold the anchor (``holders``), else None."""
-    shared = sorted(set(content_words(query)) & set(content_words(anchor)))
+    shared = sorted(set(_words(query)) & set(_words(anchor)) - STOPWORDS)
     return next((w for w in shared if vocabulary.holders.get(w, set()) <= holders), None)
 
 
@@ -131,6 +133,20 @@ def _valid(c: Candidate) -> bool:
 
 def _kind_order(i: int) -> list[str]:
     return [KINDS[(i + j) % len(KINDS)] for j in range(len(KINDS))]
+
+
+def _distinct(queries: list[str], embedder: HashEmbedder) -> list[int]:
+    """Indexes of the queries that are no near-duplicate of an earlier one (same text, or cosine >= DUPLICATE_COSINE)."""
+    if not queries:
+        return []
+    vectors = embedder.embed(queries)
+    similar = vectors @ vectors.T >= DUPLICATE_COSINE
+    keys = [normalise(q) for q in queries]
+    kept: list[int] = []
+    for j in range(len(queries)):
+        if not any(similar[j, i] or keys[i] == keys[j] for i in kept):
+            kept.append(j)
+    return kept
 
 
 def balance_cap(smallest: int) -> int:
@@ -161,7 +177,7 @@ def draft(documents: Sequence[Document], chunks: Sequence[Chunk], *, per_doc: in
         if not mine:
             out.reasons.append(f"{doc.doc_id}: no text (the file is empty or blank)")
             continue
-        pools: dict[str, list[tuple[Candidate, Chunk]]] = {k: [] for k in KINDS}
+        valid: list[tuple[Candidate, Chunk]] = []
         for c in drafter.candidates(doc, mine, vocabulary):
             holder = anchor_chunk(mine, c.anchor) if _valid(c) and c.doc_id == doc.doc_id else None
             if not _valid(c) or c.doc_id != doc.doc_id:
@@ -169,7 +185,11 @@ def draft(documents: Sequence[Document], chunks: Sequence[Chunk], *, per_doc: in
             elif holder is None:
                 out.dropped["anchor outside every chunk"] += 1
             else:
-                pools[c.kind].append((c, holder))
+                valid.append((c, holder))
+        pools: dict[str, list[tuple[Candidate, Chunk]]] = {k: [] for k in KINDS}
+        for j in _distinct([c.query for c, _ in valid], embedder):
+            pools[valid[j][0].kind].append(valid[j])
+        out.dropped["near-duplicate query"] += len(valid) - sum(map(len, pools.values()))
         for pool in pools.values():
             pool.sort(key=lambda p: -p[0].score)  # stable: the drafter's order among equals
         taken = 0

