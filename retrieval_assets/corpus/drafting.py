@@ -3,7 +3,8 @@
 Contract: ``draft(documents, chunks, per_doc=3, drafter=None)`` asks a drafter (default: the
 offline one, ``draft_offline.OfflineDrafter``) for candidate queries of each document and keeps,
 per document, at most ``per_doc`` of them, the kinds taken in turn (the first kind rotating from
-one document to the next, so the set stays balanced). A candidate is dropped, and counted under
+one document to the next, so the set stays balanced), each the best-scored candidate of its kind
+from a chunk the document has used least. A candidate is dropped, and counted under
 its reason, when its anchor lies inside no chunk of its document (``golden.relevant``: the rule
 ``golden_queries`` checks), when its kind or text is invalid, or when its query is a near-duplicate
 of an earlier candidate of its document or of a query kept from another (the same text, or cosine
@@ -186,9 +187,11 @@ def draft(documents: Sequence[Document], chunks: Sequence[Chunk], *, per_doc: in
                 out.dropped["anchor outside every chunk"] += 1
             else:
                 valid.append((c, holder))
-        pools: dict[str, list[tuple[Candidate, Chunk]]] = {k: [] for k in KINDS}
+        pools: dict[str, list[tuple[Candidate, Chunk, str | None]]] = {k: [] for k in KINDS}
         for j in _distinct([c.query for c, _ in valid], embedder):
-            pools[valid[j][0].kind].append(valid[j])
+            cand, holder = valid[j]
+            holders = {h.chunk_id for h in mine if normalise(cand.anchor) in normalise(h.text)}
+            pools[cand.kind].append((cand, holder, trivial_word(cand.query, cand.anchor, holders, vocabulary)))
         out.dropped["near-duplicate query"] += len(valid) - sum(map(len, pools.values()))
         for pool in pools.values():
             pool.sort(key=lambda p: -p[0].score)  # stable: the drafter's order among equals
@@ -200,7 +203,7 @@ def draft(documents: Sequence[Document], chunks: Sequence[Chunk], *, per_doc: in
             # prefer a chunk this document has not used yet, then the best score
             pool.sort(key=lambda p: used_chunks[p[1].chunk_id])
             while pool:
-                cand, holder = pool.pop(0)
+                cand, holder, trivial = pool.pop(0)
                 key = normalise(cand.query)
                 vector = embedder.embed([cand.query])[0]
                 if key in seen or (kept and float((vectors[: len(kept)] @ vector).max()) >= DUPLICATE_COSINE):
@@ -212,12 +215,11 @@ def draft(documents: Sequence[Document], chunks: Sequence[Chunk], *, per_doc: in
                     clash += 1
                     qid = query_id(doc.doc_id, kind, cand.query, clash)
                 ids.add(qid)
-                holders = {h.chunk_id for h in mine if normalise(cand.anchor) in normalise(h.text)}
                 if len(kept) == len(vectors):
                     vectors = np.vstack([vectors, np.zeros_like(vectors)])
                 vectors[len(kept)] = vector
                 kept.append(DraftItem(qid, kind, " ".join(cand.query.split()), doc.doc_id, " ".join(cand.anchor.split()),
-                                      cand.source, holder.chunk_id, trivial_word(cand.query, cand.anchor, holders, vocabulary)))
+                                      cand.source, holder.chunk_id, trivial))
                 used_chunks[holder.chunk_id] += 1
                 taken += 1
                 break
