@@ -10,10 +10,10 @@ mostly words) and proposes, each anchored on the sentence it came from:
 - ``factual``: a question from a defining sentence (``X is ...`` -> ``What is X?``; ``X means
   ...``; ``To do X, ...`` -> ``How do you do X?``; ``... because ...`` -> ``Why ...?``), else
   from the section's heading with the sentence's three most specific words;
-- ``conceptual``: the sentence's content words said again without its section's rare words: each
-  word held by at most 2% of the chunks becomes its first WordNet synonym that the chunk does not
-  hold (``thesaurus``), or is left out; the eight most specific words are kept, in order, at most
-  three of them synonyms.
+- ``conceptual``: the sentence's content words said again without its section's vocabulary: each
+  word held by at most 10% of the chunks (all but the corpus's common words) becomes a WordNet
+  synonym the chunk does not hold, in the sense the chunk suggests (``thesaurus``), or is left out;
+  the eight most specific words are kept, in order, at most three of them synonyms.
 
 A document is read in at most ``MAX_SENTENCES`` sentences, spread evenly over it (one huge file
 costs no more than that). The same document and vocabulary give the same candidates in every process.
@@ -35,7 +35,7 @@ from retrieval_assets.types import Chunk, Document
 MAX_SENTENCES = 400  # per document
 MIN_WORDS, MAX_WORDS = 6, 60
 CONCEPT_WORDS = 8  # content words of a conceptual query, at most ...
-SYNONYMS = 3  # ... of them at most this many synonyms of the section's rare words
+SYNONYMS = 3  # ... of them at most this many synonyms of the section's own words
 _FENCE = re.compile(r"^\s*(```|~~~)")
 _ITEM = re.compile(r"^\s*(?:[-*+]|\d+[.)])\s+|^\s*>\s?")
 _TERMS = (  # (category, pattern, weight): the exact terms a lexical query carries, most specific first
@@ -99,7 +99,7 @@ def _pick(key: str, options: Sequence[str]) -> str:
 
 
 def _specific(words: Sequence[str], vocabulary: Vocabulary, n: int, *, skip=frozenset(), rare_ok: bool = True) -> list[str]:
-    """The ``n`` most specific (fewest chunks) distinct content words, in sentence order."""
+    """The ``n`` most specific (fewest chunks) distinct content words, in sentence order (``rare_ok`` false: no rare word)."""
     pool = [w for w in dict.fromkeys(words) if w not in skip and w not in STOPWORDS and len(w) > 2 and not w.isdigit()
             and (rare_ok or not vocabulary.rare(w))]
     chosen = set(sorted(pool, key=lambda w: (vocabulary.df(w), w))[:n])
@@ -166,11 +166,11 @@ def _synonym(word: str, own: frozenset[str]) -> str | None:
 
 
 def conceptual(s: Sentence, vocabulary: Vocabulary) -> Candidate | None:
-    """The sentence's content words without its section's own rare words (said with synonyms the chunk does not
-    hold, or left out), at most ``CONCEPT_WORDS`` of them, the most specific, in the sentence's order."""
+    """The sentence's content words without its section's own (every word but the corpus's common ones said with a
+    synonym the chunk does not hold, or left out), at most ``CONCEPT_WORDS``, the most specific, in the sentence's order."""
     own = frozenset(_words(s.chunk.text))
     words = [w for w in dict.fromkeys(s.words) if w.isalpha() and len(w) > 2 and w not in STOPWORDS]
-    said = {w: _synonym(w, own) if vocabulary.rare(w) else w for w in words}
+    said = {w: w if vocabulary.common(w) else _synonym(w, own) for w in words}
     # the most specific words first: at most SYNONYMS said with synonyms, the rest the sentence's own common words
     specific = sorted((w for w in words if said[w]), key=lambda w: (vocabulary.df(w), w))
     swapped = [w for w in specific if said[w] != w][:SYNONYMS]

@@ -1,7 +1,8 @@
 """Drafted golden queries: candidates checked, de-duplicated, balanced and flagged into a draft set.
 
 Contract: ``draft(documents, chunks, per_doc=3, drafter=None)`` asks a drafter (default: the
-offline one, ``draft_offline.OfflineDrafter``) for candidate queries of each document and keeps,
+offline one, ``draft_offline.OfflineDrafter``) for candidate queries of each document (``chunks``
+may hold other documents' chunks too: every chunk counts in the word statistics) and keeps,
 per document, at most ``per_doc`` of them, the kinds taken in turn (the first kind rotating from
 one document to the next, so the set stays balanced), each the best-scored candidate of its kind
 from a chunk the document has used least. A candidate is dropped, and counted under
@@ -101,8 +102,8 @@ class Vocabulary:
         return self.df(word) <= max(2, self.chunks // 50)
 
     def common(self, word: str) -> bool:
-        """Held by more than 10% of the chunks: the corpus's general vocabulary."""
-        return self.df(word) > self.chunks / 10
+        """Held by more than 10% of the chunks (and more than 2): the corpus's general vocabulary."""
+        return self.df(word) > max(2, self.chunks / 10)
 
 
 def content_words(text: str) -> list[str]:
