@@ -19,6 +19,7 @@ from retrieval_assets import cli
 from retrieval_assets.corpus import draft_file, drafting, golden, thesaurus
 from retrieval_assets.corpus.draft_claude import CALL_BUDGET_USD, ClaudeDrafter
 from retrieval_assets.corpus.draft_file import Decision, DraftFileError
+from retrieval_assets.defs.corpora import corpus_definitions
 from retrieval_assets.defs.golden_drafts import golden_drafts_assets
 from retrieval_assets.defs.resources import CorpusResource, PostgresResource
 from retrieval_assets.index import chunker
@@ -288,6 +289,9 @@ def test_the_golden_drafts_asset_materialises_on_a_user_corpus(tmp_path, pg_dsn)
     result, [event] = materialise()
     meta = {k: v.value for k, v in event.materialization.metadata.items()}
     assert (meta["status_draft"], meta["status_accepted"], meta["status_reviewed"]) == (8, 1, 1)
+    defs = dg.Definitions.merge(corpus_definitions(corpus), dg.Definitions(resources=resources))
+    job_keys = defs.resolve_job_def("evaluate_embedders__harbour").asset_layer.selected_asset_keys
+    assert dg.AssetKey(["harbour", "golden_drafts"]) not in job_keys and dg.AssetKey(["harbour", "eval_run"]) in job_keys
     bad, _ = materialise({"drafter": "oracle"})
     assert not bad.success
     [failure] = [e for e in bad.all_events if e.is_step_failure]
