@@ -296,3 +296,16 @@ def test_the_golden_drafts_asset_materialises_on_a_user_corpus(tmp_path, pg_dsn)
     assert not bad.success
     [failure] = [e for e in bad.all_events if e.is_step_failure]
     assert "unknown drafter 'oracle'" in failure.step_failure_data.error.to_string()
+
+
+@pytest.mark.parametrize("start", ["missing", "empty", "mapping"])
+def test_review_into_a_missing_an_empty_or_a_mapping_golden_yaml(tmp_path, start):
+    root = write_corpus(tmp_path)
+    if start != "missing":
+        (root / "golden.yaml").write_text("# nothing yet\n" if start == "empty" else yaml.safe_dump({"queries": HAND}))
+    documents, chunks = load(root)
+    path = draft_file.write_draft(root / draft_file.DRAFT_NAME, drafting.draft(documents, chunks))
+    first = draft_file.read_draft(path)[1][0]
+    assert draft_file.review(root, path, {first.query_id: Decision("accept")}, documents) == (1, 0)
+    loaded = golden.load_golden(root / "golden.yaml", documents)
+    assert [q.query_id for q in loaded] == (["h1"] if start == "mapping" else []) + [first.query_id]

@@ -138,7 +138,8 @@ def review(corpus_dir: str | Path, draft_path: str | Path, decisions: Mapping[st
     golden_path = Path(corpus_dir) / GOLDEN_NAME
     data, items = read_draft(draft_path)
     by_id = {i.query_id: i for i in items}
-    present = {q.query_id for q in golden.load_golden(golden_path)} if golden_path.exists() else set()
+    empty = not golden_path.exists() or golden.load_yaml(golden_path.read_text(encoding="utf-8"), str(golden_path)) is None
+    present = set() if empty else {q.query_id for q in golden.load_golden(golden_path)}
     for qid, d in decisions.items():
         if qid not in by_id:
             raise DraftFileError(f"{draft_path}: no query {qid!r} in the draft")

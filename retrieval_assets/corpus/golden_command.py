@@ -62,7 +62,7 @@ def _draft(args, out) -> None:
     counts = ", ".join(f"{n} {k}" for k, n in drafted.counts().items())
     print(f"{path}: {len(drafted.items)} queries drafted by {drafted.drafter} from {len(documents)} documents ({counts})", file=out)
     if drafted.dropped:
-        print("dropped: " + ", ".join(f"{n} {why}" for why, n in sorted(drafted.dropped.items())), file=out)
+        print("candidates dropped: " + ", ".join(f"{n} {why}" for why, n in sorted(drafted.dropped.items())), file=out)
     if drafted.cost_usd:
         print(f"Claude cost: {drafted.cost_usd:.4f} USD", file=out)
     for note in drafted.reasons:
