@@ -77,10 +77,10 @@ def _show(item, chunk, n: int, total: int, out) -> None:
     if chunk is not None:
         text = " ".join(chunk.text.split())
         at = golden.normalise(text).find(golden.normalise(item.anchor))
-        if at >= 0:
+        if at >= 0:  # the anchor marked, with up to 600 characters either side
             end = at + len(golden.normalise(item.anchor))
-            text = f"{text[:at]}>>>{text[at:end]}<<<{text[end:]}"
-        print(f"  chunk {chunk.chunk_id} ({chunk.heading_path or 'no heading'}):\n    {text[:1500]}", file=out)
+            text = f"{'...' if at > 600 else ''}{text[max(0, at - 600):at]}>>>{text[at:end]}<<<{text[end:end + 600]}"
+        print(f"  chunk {chunk.chunk_id} ({chunk.heading_path or 'no heading'}):\n    {text[:2000]}", file=out)
 
 
 def _ask(items, chunks, input_fn, out) -> dict[str, Decision]:
