@@ -3,7 +3,8 @@
 Commands: ``index`` (sync a corpus into a partition's command-line schema; with
 ``--check-vector-index``, choose its vector search by measured recall), ``evaluate`` (the
 golden-set report), ``diagnose`` (the failure report with what-ifs), ``chunk-stats`` (corpus
-statistics), ``answer`` (an extractive cited answer), and over the assets' history ``runs``
+statistics), ``answer`` (an extractive cited answer), ``golden draft|review`` (drafted golden sets,
+``corpus.golden_command``), and over the assets' history ``runs``
 (the latest evaluations) and ``diff`` (per-query changes between two runs). Every command indexes into
 ``partitions.schema_name(embedder, "cli", corpus=...)`` (after ``$RETRIEVAL_SCHEMA_PREFIX``), never the
 Dagster assets' schema. Every bad
@@ -22,7 +23,7 @@ from retrieval_assets import params, partitions, pg
 
 from retrieval_assets.answers import answer, calibration, respond
 
-from retrieval_assets.corpus import command as corpus_command, golden
+from retrieval_assets.corpus import command as corpus_command, golden, golden_command
 
 from retrieval_assets.evaluation import diagnose, evaluate, history, regression
 
@@ -63,6 +64,7 @@ def _parser() -> argparse.ArgumentParser:
         "answer": "index, then answer a question from the corpus with cited source sentences",
     }
     corpus_command.add_parser(commands)
+    golden_command.add_parser(commands)
     for name, help_text in {"runs": "list the latest evaluations in the assets' history (run ids for diff)",
                             "diff": "per-query nDCG and rank changes of one pipeline between two runs of the history"}.items():
         p = commands.add_parser(name, help=help_text, description=help_text)
@@ -253,8 +255,8 @@ def run(argv: list[str] | None = None, out=None) -> int:
     if args.command in ("runs", "diff"):
         _history(args, out)
         return 0
-    if args.command == "corpus":
-        corpus_command.run(args, out)
+    if args.command in ("corpus", "golden"):
+        (corpus_command if args.command == "corpus" else golden_command).run(args, out)
         return 0
     documents = chunker.load_documents(args.corpus)
     if args.command == "chunk-stats":

@@ -18,7 +18,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 HELPERS = {"benchmarks.common", "benchmarks.__main__"}  # the shared helpers and the entry point, not scripts
 KEPT = {"bench_search", "bench_text", "bench_embed", "bench_index", "bench_bm25", "scale", "cranfield", "quality", "support_floor",
-        "fuzz", "executors", "load"}
+        "fuzz", "executors", "load", "drafted"}
 
 
 def _modules() -> list[tuple[str, bool]]:

@@ -120,7 +120,8 @@ def test_graphql_lists_each_corpus_with_its_own_assets_groups_and_partitions(web
     nodes = {"/".join(n["assetKey"]["path"]): n for n in data["assetNodes"]}
     names = ("documents", "chunks", "golden_queries", "chunk_index", "eval_run", "failure_report", "what_ifs",
              "embedder_comparison", "eval_trend", "support_calibration", "answers")
-    assert set(nodes) == {f"{c}/{n}" for c in ("fixture", "harbour") for n in names} | {"cranfield_report"}
+    assert set(nodes) == {f"{c}/{n}" for c in ("fixture", "harbour") for n in names} | {"cranfield_report", "harbour/golden_drafts"}
+    assert nodes["harbour/golden_drafts"]["groupName"] == "harbour"  # a user corpus's drafts, beside its golden_queries
     for corpus in ("fixture", "harbour"):
         assert nodes[f"{corpus}/eval_run"]["partitionKeys"] == ["hash", "minilm", "bge-small"]
         assert nodes[f"{corpus}/documents"]["partitionKeys"] == []

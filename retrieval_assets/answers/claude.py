@@ -49,8 +49,9 @@ def claude_credentials() -> str | None:
     return None
 
 
-def claude_options(model: str | None = None):
-    """``ClaudeAgentOptions`` with the pinned options and ``model`` (default claude-opus-5-5).
+def claude_options(model: str | None = None, budget_usd: float | None = None):
+    """``ClaudeAgentOptions`` with the pinned options, ``model`` (default claude-opus-5-5) and the call's
+    cost cap (default the pinned 0.05 USD).
 
     ``verbatim_prompts`` is set too: the prompt carries corpus text, and an ``@/path`` inside a
     chunk must not make Claude Code read a local file.
@@ -59,7 +60,8 @@ def claude_options(model: str | None = None):
         from claude_agent_sdk import ClaudeAgentOptions
     except ImportError as exc:
         raise RuntimeError(f"claude-agent-sdk is needed for Claude answers ({exc}): run `uv sync --extra claude`") from exc
-    return ClaudeAgentOptions(**CLAUDE_OPTIONS, model=model or MODEL, verbatim_prompts=True)
+    pinned = {**CLAUDE_OPTIONS, **({"max_budget_usd": budget_usd} if budget_usd is not None else {})}
+    return ClaudeAgentOptions(**pinned, model=model or MODEL, verbatim_prompts=True)
 
 
 async def _collect(query_fn, prompt: str, options) -> tuple[str, float]:
@@ -97,6 +99,15 @@ def _run_async(coro):
         return pool.submit(asyncio.run, coro).result()
 
 
+def ask(prompt: str, *, query_fn=None, model: str | None = None, budget_usd: float | None = None) -> tuple[str, float]:
+    """Claude's text reply to ``prompt`` under the pinned options, and the call's cost in USD; ``ClaudeError``
+    on an error result or message. ``query_fn`` replaces ``claude_agent_sdk.query`` (see ``run``)."""
+    options = claude_options(model, budget_usd)
+    if query_fn is None:
+        from claude_agent_sdk import query as query_fn
+    return _run_async(_collect(query_fn, prompt, options))
+
+
 def run(query: str, draft: Draft, *, query_fn=None, model: str | None = None) -> Answer:
     """Claude's answer to the draft's prompt, checked; the refusal (no call, cost 0) for a refused draft.
 
@@ -106,11 +117,8 @@ def run(query: str, draft: Draft, *, query_fn=None, model: str | None = None) ->
     """
     if draft.refused:
         return Answer(REFUSAL, check(REFUSAL, ()), 0.0)
-    options = claude_options(model)
-    if query_fn is None:
-        from claude_agent_sdk import query as query_fn
     try:
-        text, cost = _run_async(_collect(query_fn, draft.prompt, options))
+        text, cost = ask(draft.prompt, query_fn=query_fn, model=model)
     except ClaudeError as exc:
         raise ClaudeError(f"question {query!r}: {exc}") from None
     return Answer(text, check(text, draft.citations), cost)

@@ -1,7 +1,9 @@
 """The golden query set: loading, validation and what counts as relevant (seed stage 05).
 
 Contract: ``load_golden`` reads golden.yaml (a list of queries, or a mapping with ``queries``)
-and raises ``GoldenError`` naming the file and the query id at fault. A chunk is relevant to a
+and raises ``GoldenError`` naming the file and the query id at fault. Beside the five fields a
+query may carry ``status`` (in golden.yaml only ``reviewed``: a drafted query accepted by ``golden
+review``; a draft file's own statuses are ``DRAFT_STATUSES``) and ``source`` (text: who drafted it). A chunk is relevant to a
 golden query when it belongs to the query's ``doc_id`` and its text contains the anchor
 (case-insensitive, whitespace-normalised).
 """
@@ -20,6 +22,8 @@ from retrieval_assets.types import Chunk, Document, GoldenQuery
 
 KINDS = ("factual", "conceptual", "lexical")
 _FIELDS = ("query_id", "kind", "query", "doc_id", "anchor")
+REVIEWED = "reviewed"  # the status of a drafted query accepted into golden.yaml
+DRAFT_STATUSES = ("draft", "accepted", "rejected")  # the statuses of a draft file's queries
 
 
 class GoldenError(ValueError):
@@ -74,8 +78,10 @@ def _shown(value: str) -> str:
     return value if len(value) <= 80 else f"{value[:80]}... ({len(value):,} characters)"
 
 
-def load_golden(path: str | Path, documents: Sequence[Document] | None = None) -> list[GoldenQuery]:
-    """Read and validate golden.yaml (fields, kinds, unique ids, doc ids and anchors when given documents)."""
+def load_golden(path: str | Path, documents: Sequence[Document] | None = None, *,
+                statuses: Sequence[str] = (REVIEWED,)) -> list[GoldenQuery]:
+    """Read and validate golden.yaml (fields, kinds, unique ids, doc ids and anchors when given documents;
+    ``statuses``: the values a query's optional ``status`` may take)."""
     path = Path(path)
     try:
         data = load_yaml(path.read_bytes().decode("utf-8"), str(path))
@@ -107,6 +113,12 @@ def load_golden(path: str | Path, documents: Sequence[Document] | None = None) -
                 raise GoldenError(f"{where}: field '{name}' must be text, got {type(value).__name__} (quote it in YAML)")
             if not value.strip():
                 raise GoldenError(f"{where}: empty field '{name}'")
+        for name in ("status", "source"):
+            if name in item and (not isinstance(item[name], str) or not item[name].strip()):
+                raise GoldenError(f"{where}: field '{name}' must be non-empty text")
+        if "status" in item and item["status"] not in statuses:
+            raise GoldenError(f"{where}: status '{_shown(item['status'])}' (expected {' or '.join(statuses)}; a draft's queries "
+                              "reach golden.yaml through `python -m retrieval_assets golden review`)")
         if item["kind"] not in KINDS:
             raise GoldenError(f"{where}: unknown kind '{_shown(item['kind'])}' (expected one of {', '.join(KINDS)})")
         if qid in seen:

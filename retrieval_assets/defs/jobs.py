@@ -15,8 +15,11 @@ def corpus_jobs(corpus: Corpus, server: str = "") -> dg.Definitions:
     """``evaluate_embedders``, ``refresh_reports``, ``nightly_evaluation`` and ``reports_after_evaluation`` of ``corpus``;
     ``server``: the Postgres their runs use, as a tag each step checks (``defs/remote.py``)."""
     tags = {CORPUS_TAG: corpus.name, **({SERVER_TAG: server} if server else {})}
+    selection = dg.AssetSelection.groups(group(corpus))
+    if not corpus.is_fixture:  # its golden_drafts writes the draft the user reviews: materialised when asked for, not nightly
+        selection -= dg.AssetSelection.assets(key(corpus, "golden_drafts"))
     evaluate = dg.define_asset_job(
-        partitions.job_name("evaluate_embedders", corpus.name), selection=dg.AssetSelection.groups(group(corpus)), tags=tags,
+        partitions.job_name("evaluate_embedders", corpus.name), selection=selection, tags=tags,
         description=f"Corpus {corpus.name}: index and evaluate one embedder partition, then write the failure report and "
         "refresh the comparison.",
     )
