@@ -56,14 +56,15 @@ def embed_profile(key: str, texts: list[str]) -> tuple[float, float, float]:
 
 
 def _embed_profile(key: str, texts: list[str]) -> tuple[float, float, float]:
-    import resource
-
     e = embedder(key)
     start = time.perf_counter()
     e.embed(texts[:1])
     loaded = time.perf_counter()
     e.embed(texts)
-    return loaded - start, len(texts) / (time.perf_counter() - loaded), resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    rate = len(texts) / (time.perf_counter() - loaded)
+    # VmHWM, not ru_maxrss: Linux keeps ru_maxrss across exec, so a spawned child would report its parent's peak
+    status = Path("/proc/self/status").read_text().splitlines()
+    return loaded - start, rate, next(int(line.split()[1]) for line in status if line.startswith("VmHWM:")) / 1024
 
 
 def scale_schema(size: int) -> str:

