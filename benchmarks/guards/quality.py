@@ -42,7 +42,7 @@ from retrieval_assets.corpus import datasets, golden
 from retrieval_assets.evaluation import benchmark, crossval
 from retrieval_assets.search import bm25_rank, pipeline
 from retrieval_assets.evaluation.metrics import ndcg_at_k, recall_at_k
-from retrieval_assets.params import FUSION, LEXICAL, RERANK_IDF, SEED, RetrievalParams, limit_query
+from retrieval_assets.params import DEFAULT, FUSION, LEXICAL, RERANK_IDF, SEED, RetrievalParams, limit_query
 from retrieval_assets.search.rerank import CorpusStats, LexicalReranker
 
 DEFAULT_OUT = common.RESULTS / "quality.md"
@@ -97,8 +97,18 @@ def mmr_stage(current: crossval.Config) -> list[crossval.Config]:
 
 STAGES = (first_stages, rm3_stage, rocchio_stage, rerank_stage, mmr_stage)
 NO_FEEDBACK = (first_stages, rerank_stage, mmr_stage)  # the rule before the feedback stages
-SEED_CONFIG = crossval.config(**{f: getattr(SEED, f) for f in ("lexical", "fusion", "weights", "rerank", "rerank_weight",
-                                                                "rerank_idf", "mmr_lambda")})
+FIELDS = ("lexical", "fusion", "weights", "rerank", "rerank_weight", "rerank_idf", "mmr_lambda")
+SEED_CONFIG = crossval.config(**{f: getattr(SEED, f) for f in FIELDS})
+DEFAULT_CONFIG = crossval.config(**{f: getattr(DEFAULT, f) for f in FIELDS})  # params.DEFAULT as it is, no fitting
+
+
+def golden_as_is(scorer: Scorer, conceptual: np.ndarray) -> str:
+    """nDCG@10 on the golden set under ``params.DEFAULT`` as it is and of its vector list alone: all queries (conceptual)."""
+    final = scorer.ndcg(DEFAULT_CONFIG)
+    params = scorer.base.with_(**dict(DEFAULT_CONFIG))
+    vector = np.array([ndcg_at_k([h.chunk_id for h in scorer.trace(i, params).vector][:10], rel, 10) for i, rel in enumerate(scorer.relevant)])
+    return (f"under params.DEFAULT as it is (not fitted), nDCG@10 {final.mean():.3f} ({final[conceptual].mean():.3f} on the "
+            f"conceptual queries); its vector list alone {vector.mean():.3f} ({vector[conceptual].mean():.3f})")
 
 
 class Scorer:
@@ -284,6 +294,7 @@ def main(argv: list[str] | None = None) -> int:
             notes.append(f"- golden/{e}, {label}: recall@10 held out {recall10.mean():.3f}, conceptual queries "
                          f"{recall10[conceptual].mean():.3f} ({conceptual.sum()} queries); nDCG@10 held out on the conceptual "
                          f"queries {rule['golden', e].scores[conceptual].mean():.3f}")
+    notes += [f"- golden/{e}: {golden_as_is(scorers['golden', e], conceptual)}" for e in keys]
     for e in keys:
         rec = scorers["cranfield", e].recall(default, 100)
         notes.append(f"- cranfield/{e}: recall@100 of the default pipeline {rec.mean():.3f} against the peer's {peer_recall.mean():.3f}")
