@@ -39,6 +39,34 @@ def bench_schema(name: str, key: str = "hash") -> str:
     return partitions.schema_name(key, prefix=f"bench_{name}_")
 
 
+def embedder(key: str):
+    """A new embedder of partition ``key``, or of wheel model ``key`` (``index.wheel_models``, compared but no partition)."""
+    from retrieval_assets import partitions
+    from retrieval_assets.index import wheel_models
+
+    return wheel_models.make(key) if key in wheel_models.WHEEL_MODELS and key not in partitions.PARTITIONS else partitions.embedder(key)
+
+
+def embed_profile(key: str, texts: list[str]) -> tuple[float, float, float]:
+    """(load seconds, texts/s, peak resident MB) of embedder ``key`` on ``texts``, in a fresh process (its own peak)."""
+    import multiprocessing
+
+    with multiprocessing.get_context("spawn").Pool(1) as pool:
+        return pool.apply(_embed_profile, (key, texts))
+
+
+def _embed_profile(key: str, texts: list[str]) -> tuple[float, float, float]:
+    e = embedder(key)
+    start = time.perf_counter()
+    e.embed(texts[:1])
+    loaded = time.perf_counter()
+    e.embed(texts)
+    rate = len(texts) / (time.perf_counter() - loaded)
+    # VmHWM, not ru_maxrss: Linux keeps ru_maxrss across exec, so a spawned child would report its parent's peak
+    status = Path("/proc/self/status").read_text().splitlines()
+    return loaded - start, rate, next(int(line.split()[1]) for line in status if line.startswith("VmHWM:")) / 1024
+
+
 def scale_schema(size: int) -> str:
     """The schema ``scale`` indexes ``size`` synthetic chunks into (kept with ``--keep``)."""
     return bench_schema(f"scale_{size}")

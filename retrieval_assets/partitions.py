@@ -139,8 +139,12 @@ def corpus_name_for(path: str | os.PathLike) -> str:
 def schema_name(key: str, role: str = "index", prefix: str = "", corpus: str = FIXTURE, run: str = "") -> str:
     """``prefix`` + the ``role``'s schema for partition ``key`` of ``corpus`` (``-`` becomes ``_``):
     ``hash``, ``cli_bge_small``, ``handbook__hash``; ``run`` (scratch schemas) makes it unique to one
-    run: ``whatif_hash_1a2b3c4d``."""
-    get(key)
+    run: ``whatif_hash_1a2b3c4d``. The benchmarks' roles (``cranfield``, or any ``prefix``) also take
+    the name of a wheel model that is no partition (``index.wheel_models``: compared, never served)."""
+    from retrieval_assets.index.wheel_models import WHEEL_MODELS
+
+    if not (key in WHEEL_MODELS and (role == "cranfield" or prefix.startswith("bench_"))):
+        get(key)
     if role not in ROLES:
         raise ValueError(f"unknown schema role '{role}' (known: {', '.join(ROLES)})")
     base = ROLES[role].format(key=key.replace("-", "_"))

@@ -28,6 +28,7 @@ from retrieval_assets import partitions, pg
 from retrieval_assets.corpus import datasets
 from retrieval_assets.evaluation import benchmark
 from retrieval_assets.params import DEFAULT
+from retrieval_assets.index.embed import embed_queries
 from retrieval_assets.index.tables import statement
 
 DEFAULT_DATA = datasets.DEFAULT_CRANFIELD  # $CRANFIELD_DIR, else ../shared/benchmarks/cranfield
@@ -43,7 +44,7 @@ def paired_difference(ours: benchmark.RankerScores, peer: benchmark.RankerScores
 
 def hnsw_recall(conn, schema: str, embedder, queries: list[str], efs=(40, 50, 100)) -> dict[int, float]:
     """recall@10 of the HNSW index (forced) against exact search, per ef_search; a hit is within the exact 10th distance."""
-    vectors = embedder.embed(queries)
+    vectors = embed_queries(embedder, queries)
     search = statement(schema, common.NEAREST)
     exact = [common.exact_nearest(conn, schema, v)[-1][1] for v in vectors]
     out = {}
@@ -62,7 +63,7 @@ def hnsw_recall(conn, schema: str, embedder, queries: list[str], efs=(40, 50, 10
 def main(argv: list[str] | None = None) -> int:
     parser = common.parser(__doc__)
     parser.add_argument("--data", default=str(DEFAULT_DATA), help=f"Cranfield folder (default {DEFAULT_DATA})")
-    parser.add_argument("--embedders", nargs="+", default=["hash", "minilm"])
+    parser.add_argument("--embedders", nargs="+", default=["hash", "minilm"], help="partitions, or wheel models (index.wheel_models)")
     parser.add_argument("--k", type=int, default=10, help="nDCG cut-off")
     parser.add_argument("--depth", type=int, default=100, help="documents per ranked list (recall cut-off)")
     parser.add_argument("--n", type=int, default=benchmark.CRANFIELD.n, help="chunks per first-stage list and in the fused pool")
@@ -103,7 +104,7 @@ def main(argv: list[str] | None = None) -> int:
     log(notes[-1])
 
     for key in args.embedders:
-        embedder = partitions.embedder(key)
+        embedder = common.embedder(key)
         schema = partitions.schema_name(key, "cranfield", prefix=args.schema_prefix)
         if args.fresh:
             common.drop_schema(args.dsn, schema)
@@ -115,8 +116,8 @@ def main(argv: list[str] | None = None) -> int:
                          f"in schema {schema}; sync {index_s:.1f} s ({report.embedded} texts embedded, {report.unchanged} unchanged)")
             log(notes[-1])
             rankers = benchmark.our_rankers(conn, schema, embedder, chunks, params=params, depth=args.depth)
-            rankers["default pipeline"] = benchmark.params_ranker(conn, schema, embedder, chunks,
-                                                                       DEFAULT.with_(k=args.n, n=args.n), depth=args.depth)
+            for name, params_ in (("default pipeline", DEFAULT), ("default pipeline, no rerank", DEFAULT.with_(rerank=False))):
+                rankers[name] = benchmark.params_ranker(conn, schema, embedder, chunks, params_.with_(k=args.n, n=args.n), depth=args.depth)
             scores = benchmark.evaluate_rankers(bench, rankers, k=args.k, depth=args.depth, progress=lambda m, key=key: log(f"  {key}: {m}"))
             recall = hnsw_recall(conn, schema, embedder, list(bench.queries.values()))
             notes.append(f"{key}: HNSW recall@10 against exact search on the {len(bench.queries)} queries (index forced): "
@@ -160,7 +161,8 @@ def main(argv: list[str] | None = None) -> int:
         "",
         "Rankers: `vector` = pgvector cosine search (`dense.vector_search`); `ts_rank_cd` = the seed's full-text list (`ts_rank.text_search`); `bm25` = BM25 "
         "inside Postgres over the chunks (`bm25_rank.bm25_search`); `hybrid(x)` = RRF of vector and x; `default pipeline` = "
-        f"`params.DEFAULT` ({DEFAULT.describe()}), chosen by cross-validation in benchmarks/results/quality.md; `+ rerank` = the BM25 "
+        f"`params.DEFAULT` ({DEFAULT.describe()}), chosen by cross-validation in benchmarks/results/quality.md (`, no rerank`: "
+        "the same without its rerank stage); `+ rerank` = the BM25 "
         "`LexicalReranker` over the whole fused pool (idf from the pool with ts_rank_cd, from every chunk with bm25, the "
         "pairing `eval_run` uses); `+ MMR` = MMR (lambda "
         f"{args.mmr_lambda}) over the whole reranked pool; `bm25s` = the peer (k1 1.2, b 0.75, English stop words, "

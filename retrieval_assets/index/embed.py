@@ -1,7 +1,7 @@
 """The embedder protocol and the pinned hashing embedder (seed stage 02).
 
 Contract: an ``Embedder`` has ``dims``, ``name`` and ``embed(texts) -> float32 array of shape
-(len(texts), dims)``. ``HashEmbedder`` follows the seed's recipe exactly and gives the same
+(len(texts), dims)``; one with a query side also has ``embed_query`` (``embed_queries`` picks it). ``HashEmbedder`` follows the seed's recipe exactly and gives the same
 vector in every process; a text without tokens gives the zero vector. Model embedders live in
 ``fastembed_models``; which embedder a partition uses is ``partitions``' decision. The token
 cache every HashEmbedder shares is a ``token_table._TokenTable``.
@@ -40,6 +40,13 @@ class Embedder(Protocol):
     name: str
 
     def embed(self, texts: Sequence[str]) -> np.ndarray: ...
+
+
+def embed_queries(embedder: Embedder, queries: Sequence[str]) -> np.ndarray:
+    """Search-query vectors: ``embedder.embed_query`` where the model was trained with a query side
+    (e5's ``query: `` prefix, ``wheel_models``), else ``embedder.embed``."""
+    embed_query = getattr(embedder, "embed_query", None)
+    return embed_query(queries) if embed_query is not None else embedder.embed(queries)
 
 
 def _words(text: str) -> list[str]:

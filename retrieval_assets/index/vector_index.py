@@ -24,7 +24,7 @@ from pgvector import HalfVector
 from psycopg import sql
 
 from retrieval_assets.index.copies import drop_exact_copy, exact_copy
-from retrieval_assets.index.embed import Embedder
+from retrieval_assets.index.embed import Embedder, embed_queries
 from retrieval_assets.index.tables import count, exists, statement
 from retrieval_assets.params import DEFAULT, hnsw_ef_search
 
@@ -119,7 +119,7 @@ def _exact_truth(conn: psycopg.Connection, schema: str, embedder: Embedder, samp
     texts = [t for (t,) in conn.execute(statement(schema, """SELECT text FROM {chunks} WHERE embedding IS NOT NULL
                                                            ORDER BY hashtext(chunk_id), chunk_id LIMIT %s"""), (sample,))]
     queries = [q for q in (query_words(t) for t in texts) if q]
-    vectors = np.asarray(embedder.embed(queries), dtype=np.float32) if queries else np.zeros((0, 1), np.float32)
+    vectors = np.asarray(embed_queries(embedder, queries), dtype=np.float32) if queries else np.zeros((0, 1), np.float32)
     vectors = vectors[np.linalg.norm(vectors, axis=1) > 0]  # words the embedder maps to zero search nothing
     if not len(vectors):
         return None

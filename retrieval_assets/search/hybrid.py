@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 import psycopg
 
-from retrieval_assets.index.embed import Embedder
+from retrieval_assets.index.embed import Embedder, embed_queries
 from retrieval_assets.params import DEFAULT, RetrievalParams, limit_query
 from retrieval_assets.search import bm25_rank, snapshot
 from retrieval_assets.search.bm25_rank import bm25_search, send_bm25
@@ -98,5 +98,5 @@ def search(conn: psycopg.Connection, schema: str, embedder: Embedder, query: str
     """Fuse the vector and lexical top ``params.n`` (``fuse``: ``params.fusion``, ``params.weights``) and return the first ``params.k``
     (the query cut to ``params.limit_query``; ``exact`` as ``dense.vector_search``'s)."""
     query = limit_query(query)
-    lists = first_stage(conn, schema, embedder.embed([query])[0], query, params, exact=exact)
+    lists = first_stage(conn, schema, embed_queries(embedder, [query])[0], query, params, exact=exact)
     return fuse(lists, params)[: params.k]

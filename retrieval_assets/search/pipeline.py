@@ -29,7 +29,7 @@ from psycopg.rows import dict_row
 from retrieval_assets.index import copies, vector_index
 
 from retrieval_assets.search import dense, fusion, hybrid, snapshot
-from retrieval_assets.index.embed import Embedder
+from retrieval_assets.index.embed import Embedder, embed_queries
 from retrieval_assets.params import (DEFAULT, MAX_QUERY_CHARS, MAX_QUERY_NEGATIONS, MAX_QUERY_TERMS, RetrievalParams, hnsw_ef_search,
                                      limit_query)
 from retrieval_assets.search.rerank import CorpusStats, LexicalReranker, Reranker, blend, mmr
@@ -160,7 +160,7 @@ def run(conn: psycopg.Connection, retriever: Retriever, query: str, params: Retr
     if retriever.ef_search and hnsw_ef_search(params.n, params.ef_search) < retriever.ef_search:
         params = params.with_(ef_search=retriever.ef_search)  # the table's floor: below it the graph misses its recall target
     if first_stage is None:
-        vector_q = retriever.embedder.embed([query])[0]
+        vector_q = embed_queries(retriever.embedder, [query])[0]
     else:
         vector_q, vector, text = first_stage.query_vector, first_stage.vector, first_stage.text
     rows = {} if rows is None else rows
