@@ -38,7 +38,9 @@ from retrieval_assets.corpus import datasets, golden
 from retrieval_assets.evaluation import benchmark, crossval
 from retrieval_assets.search import bm25_rank, pipeline
 from retrieval_assets.evaluation.metrics import ndcg_at_k, recall_at_k
-from retrieval_assets.params import FUSION, LEXICAL, RERANK_IDF, SEED, RetrievalParams, limit_query
+from retrieval_assets.params import DEFAULT, FUSION, LEXICAL, RERANK_FUSION, RERANK_IDF, SEED, RetrievalParams, limit_query
+from retrieval_assets.index.splade import SpladeEncoder
+from retrieval_assets.search import sparse
 from retrieval_assets.search.rerank import CorpusStats, LexicalReranker
 
 DEFAULT_OUT = common.RESULTS / "quality.md"
@@ -82,8 +84,18 @@ def rocchio_stage(current: crossval.Config) -> list[crossval.Config]:
     return [crossval.config(prf_docs=d, prf_beta=beta, **off) for d in docs for beta in PRF_BETAS]
 
 
-def rerank_stage(_current: crossval.Config) -> list[crossval.Config]:
-    return [crossval.config(rerank=True, rerank_weight=w, rerank_idf=idf) for idf in RERANK_IDF for w in ALPHAS[1:]]
+def rerank_stage(_current: crossval.Config, fusions=RERANK_FUSION) -> list[crossval.Config]:
+    return [crossval.config(rerank=True, rerank_weight=w, rerank_idf=idf, rerank_fusion=f) for f in fusions for idf in RERANK_IDF
+            for w in ALPHAS[1:]]
+
+
+def score_rerank_stage(current: crossval.Config) -> list[crossval.Config]:
+    """The rerank stage before rank fusion: the reranker's scores blended with the fused scores only."""
+    return rerank_stage(current, ("minmax",))
+
+
+def sparse_stage(_current: crossval.Config) -> list[crossval.Config]:
+    return [crossval.config(sparse_weight=w) for w in ALPHAS[1:]]
 
 
 def mmr_stage(current: crossval.Config) -> list[crossval.Config]:
@@ -93,6 +105,14 @@ def mmr_stage(current: crossval.Config) -> list[crossval.Config]:
 
 STAGES = (first_stages, rm3_stage, rocchio_stage, rerank_stage, mmr_stage)
 NO_FEEDBACK = (first_stages, rerank_stage, mmr_stage)  # the rule before the feedback stages
+WITH_SPARSE = (first_stages, sparse_stage, rerank_stage, mmr_stage)  # the SPLADE list as a third fused list
+# for comparison: the first stage alone, and the no-feedback rule with the rerank stage it had before rank fusion
+RULES = {"first stage alone (joint rule)": (first_stages,), "joint rule, score-blend rerank only (before rank fusion)":
+         (first_stages, score_rerank_stage, mmr_stage), "joint rule with the SPLADE list, no feedback stages": WITH_SPARSE}
+FIXED = {"hybrid(bm25) RRF 1:1, no rerank (no fitting)": crossval.config(lexical="bm25", fusion="rrf", weights=(0.5, 0.5), rerank=False,
+                                                                          mmr_lambda=None),
+         "params.DEFAULT as committed": crossval.config(**{f: getattr(DEFAULT, f) for f in ("lexical", "fusion", "weights", "rerank",
+                                                        "rerank_weight", "rerank_fusion", "rerank_idf", "mmr_lambda", "sparse_weight")})}
 SEED_CONFIG = crossval.config(**{f: getattr(SEED, f) for f in ("lexical", "fusion", "weights", "rerank", "rerank_weight",
                                                                 "rerank_idf", "mmr_lambda")})
 
@@ -105,8 +125,9 @@ class Scorer:
         self.conn, self.schema, self.embedder, self.queries, self.relevant = conn, schema, embedder, queries, relevant
         self.base, self.chunk_doc, self.k, self.depth = base, chunk_doc, k, depth
         stats = CorpusStats.from_texts([c.text for c in chunks])
-        self.retrievers = {"corpus": pipeline.Retriever(schema, embedder, LexicalReranker(corpus=stats)),
-                           "pool": pipeline.Retriever(schema, embedder, LexicalReranker())}
+        splade = SpladeEncoder()  # every Scorer's texts are synced into its schema's splade table first (main)
+        self.retrievers = {"corpus": pipeline.Retriever(schema, embedder, LexicalReranker(corpus=stats), sparse=splade),
+                           "pool": pipeline.Retriever(schema, embedder, LexicalReranker(), sparse=splade)}
         self.traces: dict[tuple, pipeline.Trace] = {}  # by pipeline.first_stage_key
         self.rows: dict = {}
 
@@ -143,8 +164,10 @@ class Scorer:
 def describe(cfg: crossval.Config) -> str:
     v = dict(cfg)
     parts = [f"{v['lexical']} {v['fusion']} w_vec={v['weights'][0]:g}"]
+    if v.get("sparse_weight"):
+        parts[0] += f" w_splade={v['sparse_weight']:g}"
     if v.get("rerank") and v.get("rerank_weight", 1.0) > 0:
-        parts.append(f"rerank({v.get('rerank_idf', 'pool')} idf) w={v['rerank_weight']:g}")
+        parts.append(f"rerank({v.get('rerank_idf', 'pool')} idf{', by rank' if v.get('rerank_fusion') == 'rrf' else ''}) w={v['rerank_weight']:g}")
     if v.get("prf_docs") and v.get("prf_weight", 0.5) > 0:
         parts.append(f"RM3({v['prf_docs']} docs, {v.get('prf_terms', 10)} terms, w={v.get('prf_weight', 0.5):g})")
     if v.get("prf_docs") and v.get("prf_beta"):
@@ -161,7 +184,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cranfield-folds", type=int, default=5)
     parser.add_argument("--golden-folds", type=int, default=4)
     parser.add_argument("--out", default=str(DEFAULT_OUT), help="Markdown report path ('-': print only)")
+    parser.add_argument("--no-feedback", action="store_true", help="skip the feedback stages (RM3, Rocchio): the rows "
+                        "'with the feedback stages' then equal those without (a run in about a third of the time)")
     args = parser.parse_args(argv)
+    stages_all = NO_FEEDBACK if args.no_feedback else STAGES
     log = lambda msg: print(msg, file=sys.stderr, flush=True)  # noqa: E731
     started = time.perf_counter()
 
@@ -177,15 +203,16 @@ def main(argv: list[str] | None = None) -> int:
     settings: list[crossval.Setting] = []
     scorers: dict[tuple[str, str], Scorer] = {}
     conn = pg.connect(args.dsn)
+    splade = SpladeEncoder()
     for key in args.embedders:
         embedder = partitions.embedder(key)
         schema = partitions.schema_name(key, "cranfield")
         chunks, report = benchmark.index_benchmark(conn, schema, bench, embedder)
-        log(f"cranfield/{key}: {len(chunks)} chunks in {schema} ({report})")
+        log(f"cranfield/{key}: {len(chunks)} chunks in {schema} ({report}); SPLADE (encoded, deleted): {sparse.sync(conn, schema, splade)}")
         scorers["cranfield", key] = Scorer(conn, schema, embedder, chunks, [bench.queries[q] for q in qids], [rel[q] for q in qids],
                                            benchmark.CRANFIELD, chunk_doc={c.chunk_id: c.doc_id for c in chunks})
         gschema = common.bench_schema("quality", key)
-        log(f"golden/{key}: {common.index(conn, gschema, fixture_chunks, embedder)} in {gschema}")
+        log(f"golden/{key}: {common.index(conn, gschema, fixture_chunks, embedder)} in {gschema}; SPLADE {sparse.sync(conn, gschema, splade)}")
         grel = golden.relevant_sets(conn, gschema, golden_set)
         scorers["golden", key] = Scorer(conn, gschema, embedder, fixture_chunks, [q.query for q in golden_set],
                                         [grel[q.query_id] for q in golden_set], SEED.with_(k=10, n=50))
@@ -198,7 +225,7 @@ def main(argv: list[str] | None = None) -> int:
     lines = []
     rows = []  # (setting, label, held-out scores)
     for s in settings:
-        for label, stages in (("fitted on this setting", STAGES), ("fitted on this setting, no feedback stages", NO_FEEDBACK)):
+        for label, stages in (("fitted on this setting", stages_all), ("fitted on this setting, no feedback stages", NO_FEEDBACK)):
             t = time.perf_counter()
             own = crossval.cross_validate([s], stages, fold_sets, sizes)[s.embedder]
             log(f"{s.dataset}/{s.embedder}: {label}: CV {own.mean:.3f} in {time.perf_counter() - t:.0f} s")
@@ -206,7 +233,7 @@ def main(argv: list[str] | None = None) -> int:
     joint, before = {}, {}
     for dataset in ("cranfield", "golden"):
         t = time.perf_counter()
-        joint.update({(dataset, e): h for e, h in crossval.cross_validate(settings, STAGES, fold_sets, sizes, held_out=dataset).items()})
+        joint.update({(dataset, e): h for e, h in crossval.cross_validate(settings, stages_all, fold_sets, sizes, held_out=dataset).items()})
         before.update({(dataset, e): h for e, h in crossval.cross_validate(settings, NO_FEEDBACK, fold_sets, sizes, held_out=dataset).items()})
         log(f"joint CV held out {dataset} in {time.perf_counter() - t:.0f} s")
     alone = {}  # the rule fitted per embedder on both datasets: does a default of its own help an embedder?
@@ -214,14 +241,21 @@ def main(argv: list[str] | None = None) -> int:
         mine = [s for s in settings if s.embedder == e]
         for dataset in ("cranfield", "golden"):
             alone.update({(dataset, e): crossval.cross_validate(mine, NO_FEEDBACK, fold_sets, sizes, held_out=dataset)[e]})
+    for label, stages in RULES.items():
+        for dataset in ("cranfield", "golden"):
+            for e, held in crossval.cross_validate(settings, stages, fold_sets, sizes, held_out=dataset).items():
+                rows.append((next(s for s in settings if (s.dataset, s.embedder) == (dataset, e)), label, held))
+        log(f"{label}: done")
     for s in settings:
         rows.append((s, "default rule, no feedback stages", before[s.dataset, s.embedder]))
         rows.append((s, "default rule (fitted on both datasets)", joint[s.dataset, s.embedder]))
         rows.append((s, "rule of this embedder alone (both datasets), no feedback stages", alone[s.dataset, s.embedder]))
     everything = {d: np.arange(n) for d, n in sizes.items()}
-    default = crossval.choose(settings, STAGES, everything)
+    default = crossval.choose(settings, stages_all, everything)
     default_before = crossval.choose(settings, NO_FEEDBACK, everything)
-    log(f"default (joint rule on all queries): {describe(default)}; without the feedback stages: {describe(default_before)}")
+    with_sparse = crossval.choose(settings, WITH_SPARSE, everything)
+    log(f"default (joint rule on all queries): {describe(default)}; without the feedback stages: {describe(default_before)}; "
+        f"with the SPLADE list: {describe(with_sparse)}")
 
     header = "| dataset | embedder | pipeline | nDCG@10 held out [95% CI] | / peer | fold choices |"
     lines += [header, "|---|---|---|---:|---:|---|"]
@@ -234,6 +268,11 @@ def main(argv: list[str] | None = None) -> int:
         lo, hi = crossval.bootstrap_interval(seed)
         ratio = lambda v: f"{v.mean() / peer_ndcg.mean():.2f}" if s.dataset == "cranfield" else ""  # noqa: E731
         lines.append(f"| {s.dataset} | {s.embedder} | seed (no fitting): {describe(SEED_CONFIG)} | {seed.mean():.3f} [{lo:.3f}, {hi:.3f}] | {ratio(seed)} | |")
+        for label, cfg in FIXED.items():
+            fixed_scores = s.score(cfg)
+            lo, hi = crossval.bootstrap_interval(fixed_scores)
+            lines.append(f"| {s.dataset} | {s.embedder} | {label}: {describe(cfg)} | {fixed_scores.mean():.3f} [{lo:.3f}, {hi:.3f}] | "
+                         f"{ratio(fixed_scores)} | |")
         for label, held in [(label, h) for (t, label, h) in rows if t is s]:
             lo, hi = held.interval
             picks = "; ".join(sorted({describe(p) for p in held.picks}))
@@ -257,6 +296,13 @@ def main(argv: list[str] | None = None) -> int:
             notes.append(f"- {s.dataset}/{s.embedder}, {label} with the feedback stages against without: {after_h.mean:.3f} vs "
                          f"{before_h.mean:.3f}, paired difference {diff:+.3f} [{lo:+.3f}, {hi:+.3f}], better on {wins} queries, worse on {losses}")
     conceptual = np.array([q.kind == "conceptual" for q in golden_set])
+    by_label = {(s.dataset, s.embedder, label): h for s, label, h in rows}
+    for e in args.embedders:
+        for label in ("default rule, no feedback stages", *RULES):
+            h, c = by_label["golden", e, label], by_label["cranfield", e, label]
+            diff, lo, hi, wins, losses = common.paired_difference(c.scores, peer_ndcg)
+            notes.append(f"- {e}, {label}: golden nDCG@10 held out {h.mean:.3f}, conceptual queries {h.scores[conceptual].mean():.3f}; "
+                         f"cranfield {c.mean:.3f} = {c.mean / peer_ndcg.mean():.2f}x the peer, paired difference {diff:+.3f} [{lo:+.3f}, {hi:+.3f}]")
     for label, rule in (("default rule, no feedback stages", before), ("rule of this embedder alone", alone)):
         for e in args.embedders:
             scorer, recall10 = scorers["golden", e], np.zeros(len(golden_set))
@@ -284,7 +330,8 @@ def main(argv: list[str] | None = None) -> int:
         *notes,
         "",
         f"Default pipeline (the joint rule on every query of both datasets): **{describe(default)}** "
-        f"(without the feedback stages: {describe(default_before)}).",
+        f"(without the feedback stages: {describe(default_before)}; with the SPLADE list, no feedback stages: {describe(with_sparse)})."
+        + (" Run with --no-feedback: the feedback stages were skipped, and the rows naming them equal those without." if args.no_feedback else ""),
         *summary,
         "",
     ])
