@@ -32,7 +32,7 @@ from retrieval_assets.index import chunker, store, vector_index
 from retrieval_assets.search import pipeline
 from retrieval_assets.corpus.datasets import DatasetError
 from retrieval_assets.index.fastembed_models import ModelUnavailableError
-from retrieval_assets.params import DEFAULT, FUSION, LEXICAL, PIPELINES, RetrievalParams
+from retrieval_assets.params import DEFAULT, FUSION, LEXICAL, PIPELINES, RERANK_FUSION, RetrievalParams
 
 
 
@@ -98,6 +98,7 @@ def _parser() -> argparse.ArgumentParser:
         p.add_argument("--fusion", default=None, choices=FUSION, help="how the two lists are fused")
         p.add_argument("--vector-weight", type=float, default=None, help="fusion weight of the vector list in [0, 1] (lexical: 1 - it)")
         p.add_argument("--rerank-weight", type=float, default=None, help="the reranker's share of the rerank score in [0, 1]")
+        p.add_argument("--rerank-fusion", default=None, choices=RERANK_FUSION, help="mix the reranker's list with the fused one by scores or ranks")
         p.add_argument("--mmr-lambda", type=float, default=None, help="MMR trade-off in [0, 1]")
         p.add_argument("--no-mmr", action="store_true", help="no MMR")
         p.add_argument("--corpus-idf", action="store_true", help="BM25 rerank with corpus-level idf instead of the pool's")
@@ -126,7 +127,8 @@ def _params(args) -> RetrievalParams:
     if args.vector_weight is not None:
         changes["weights"] = (args.vector_weight, round(1 - args.vector_weight, 12))
     changes.update({name: value for name, value in (("lexical", args.lexical), ("fusion", args.fusion),
-                                                     ("rerank_weight", args.rerank_weight), ("mmr_lambda", args.mmr_lambda),
+                                                     ("rerank_weight", args.rerank_weight), ("rerank_fusion", args.rerank_fusion),
+                                                     ("mmr_lambda", args.mmr_lambda),
                                                      ("prf_docs", args.prf_docs), ("prf_terms", args.prf_terms),
                                                      ("prf_weight", args.prf_weight), ("prf_beta", args.prf_beta))
                     if value is not None})

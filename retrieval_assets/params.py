@@ -13,6 +13,7 @@ from dataclasses import dataclass, fields, replace
 LEXICAL = ("ts_rank_cd", "bm25")  # the lexical lists hybrid search can fuse with vectors
 FUSION = ("rrf", "minmax", "zscore")  # reciprocal rank fusion, convex combination of min-max or z-score normalised scores
 RERANK_IDF = ("pool", "corpus")  # where the BM25 reranker's document frequencies come from
+RERANK_FUSION = ("minmax", "rrf")  # how rerank.blend mixes the reranker's list with the fused one: scores or ranks
 EF_SEARCH_MAX = 1000  # pgvector's upper bound for hnsw.ef_search
 MAX_QUERY_CHARS = 1000  # a query is cut to its first 1,000 characters ...
 MAX_QUERY_TERMS = 64  # ... and its first 64 whitespace-separated terms (the cut is logged)
@@ -37,10 +38,12 @@ class RetrievalParams:
     n: int = 50  # candidates taken from each first-stage list and kept in the fused pool
     rrf_k: int = 60  # reciprocal rank fusion: score = sum(weight / (rrf_k + rank))
     weights: tuple[float, float] = (1.0, 1.0)  # fusion weight of the vector list, of the lexical list, each in [0, 1]
+    sparse_weight: float = 0.0  # fusion weight of the learned sparse (SPLADE) list, in [0, 1]; 0: no such list
     lexical: str = "ts_rank_cd"  # "ts_rank_cd" (the seed's) or "bm25" (inside Postgres)
     fusion: str = "rrf"  # one of FUSION (fusion.fuse)
     rerank: bool = True  # rerank the whole fused pool with the retriever's reranker
     rerank_weight: float = 1.0  # rerank score = w * reranker score + (1 - w) * fused score, both min-max normalised over the pool
+    rerank_fusion: str = "minmax"  # one of RERANK_FUSION: "rrf" mixes ranks instead, w / (rrf_k + reranker rank) + (1 - w) / (rrf_k + fused rank)
     rerank_idf: str = "pool"  # the BM25 reranker's idf: from the fused pool (the seed's) or every chunk of the index
     mmr_lambda: float | None = 0.7  # MMR over the reranked pool; None: no MMR
     ef_search: int | None = None  # HNSW candidate list; None: n; clamped to 40..EF_SEARCH_MAX
@@ -62,10 +65,14 @@ class RetrievalParams:
         if len(weights) != 2 or any(not _unit(w) for w in weights) or not any(weights):
             raise ValueError(f"weights must be two numbers within [0, 1] (vector, lexical), not both 0, got {self.weights!r}")
         object.__setattr__(self, "weights", tuple(float(w) for w in weights))
+        if not _unit(self.sparse_weight):
+            raise ValueError(f"sparse_weight must be a number within [0, 1] (0: no SPLADE list), got {self.sparse_weight!r}")
         if self.lexical not in LEXICAL:
             raise ValueError(f"lexical must be one of {', '.join(LEXICAL)}, got {self.lexical!r}")
         if self.fusion not in FUSION:
             raise ValueError(f"fusion must be one of {', '.join(FUSION)}, got {self.fusion!r}")
+        if self.rerank_fusion not in RERANK_FUSION:
+            raise ValueError(f"rerank_fusion must be one of {', '.join(RERANK_FUSION)}, got {self.rerank_fusion!r}")
         if self.rerank_idf not in RERANK_IDF:
             raise ValueError(f"rerank_idf must be one of {', '.join(RERANK_IDF)}, got {self.rerank_idf!r}")
         if not _unit(self.rerank_weight):
@@ -94,9 +101,11 @@ class RetrievalParams:
     def describe(self) -> str:
         """The pipeline in one line: lexical list, fusion and weights, rerank, MMR."""
         fusion = f"RRF (k {self.rrf_k})" if self.fusion == "rrf" else f"{self.fusion} fusion"
-        parts = [f"{self.lexical} list, {fusion}, weights vector {self.weights[0]:g} / lexical {self.weights[1]:g}"]
+        sparse = f" / SPLADE {self.sparse_weight:g}" if self.sparse_weight else ""
+        parts = [f"{self.lexical} list, {fusion}, weights vector {self.weights[0]:g} / lexical {self.weights[1]:g}{sparse}"]
         if self.rerank and self.rerank_weight > 0:
-            blend = "" if self.rerank_weight == 1 else f" blended {self.rerank_weight:g} with the fused score"
+            blend = "" if self.rerank_weight == 1 else (f" blended {self.rerank_weight:g} with the fused score" if self.rerank_fusion == "minmax"
+                                                        else f" fused by rank {self.rerank_weight:g} with the fused list")
             parts.append(f"BM25 rerank ({self.rerank_idf} idf){blend}")
         if self.rerank and self.mmr_lambda is not None:
             parts.append(f"MMR {self.mmr_lambda:g}")

@@ -141,6 +141,17 @@ def test_choose_keeps_a_later_stage_only_when_it_helps_every_dataset():
     assert crossval.choose([one, two], both, train) == small
 
 
+def test_choose_by_setting_never_trades_one_embedders_loss_for_anothers_gain():
+    stages = (lambda _: [A, B], lambda current: [crossval.config(y=1)])
+    strong = crossval.Setting("one", "strong", lambda cfg: np.asarray({A: [1, 1], B: [0, 0], PLUS: [0.9, 0.9]}[cfg], dtype=float))
+    weak = crossval.Setting("one", "weak", lambda cfg: np.asarray({A: [0.2, 0.2], B: [0, 0], PLUS: [0.5, 0.5]}[cfg], dtype=float))
+    train = {"one": np.arange(2)}
+    assert crossval.choose([strong, weak], stages, train, every="dataset") == PLUS  # the dataset's mean rises
+    assert crossval.choose([strong, weak], stages, train) == A  # but it lowers the strong embedder: not kept
+    with pytest.raises(ValueError, match="every must be 'setting' or 'dataset'"):
+        crossval.choose([strong], stages, train, every="embedder")
+
+
 def test_cross_validation_scores_each_fold_with_what_its_training_chose():
     # config A is best on queries 0-1, B on 2-3: each fold's choice comes from the other queries only
     table = {A: [1.0, 1.0, 0.0, 0.0], B: [0.0, 0.0, 0.9, 0.9]}

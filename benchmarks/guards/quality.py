@@ -20,11 +20,7 @@ held-out dataset plus all of the other dataset), the bm25s peer computed in the 
 the unfitted seed pipeline; the default rule without the feedback stages is reported beside it
 (same run, same folds: what the feedback stages change), and (c) that rule fitted for each embedder
 alone on both datasets (would an embedder's own default do better?), with the golden set's held-out
-recall@10 and nDCG@10 on its conceptual queries. ``--candidates`` (partitions or wheel models, ``index.wheel_models``)
-are indexed and scored the same way but left out of the default's fit: held out under each fold's
-choice made without them and under a rule of their own; each embedder's speed and peak memory on
-the fixture's chunks are measured in a process of its own. ``--no-feedback`` fits only the rules
-without the feedback stages (what ``params.DEFAULT`` is), in a fraction of the time. The joint rule on all queries gives the default pipeline, printed
+recall@10 on its conceptual queries. The joint rule on all queries gives the default pipeline, printed
 at the end (``params.DEFAULT`` holds what this printed; the README says when).
 Writes benchmarks/results/quality.md (``--out``).
 """
@@ -42,7 +38,9 @@ from retrieval_assets.corpus import datasets, golden
 from retrieval_assets.evaluation import benchmark, crossval
 from retrieval_assets.search import bm25_rank, pipeline
 from retrieval_assets.evaluation.metrics import ndcg_at_k, recall_at_k
-from retrieval_assets.params import DEFAULT, FUSION, LEXICAL, RERANK_IDF, SEED, RetrievalParams, limit_query
+from retrieval_assets.params import DEFAULT, FUSION, LEXICAL, RERANK_FUSION, RERANK_IDF, SEED, RetrievalParams, limit_query
+from retrieval_assets.index.splade import SpladeEncoder
+from retrieval_assets.search import sparse
 from retrieval_assets.search.rerank import CorpusStats, LexicalReranker
 
 DEFAULT_OUT = common.RESULTS / "quality.md"
@@ -86,8 +84,18 @@ def rocchio_stage(current: crossval.Config) -> list[crossval.Config]:
     return [crossval.config(prf_docs=d, prf_beta=beta, **off) for d in docs for beta in PRF_BETAS]
 
 
-def rerank_stage(_current: crossval.Config) -> list[crossval.Config]:
-    return [crossval.config(rerank=True, rerank_weight=w, rerank_idf=idf) for idf in RERANK_IDF for w in ALPHAS[1:]]
+def rerank_stage(_current: crossval.Config, fusions=RERANK_FUSION) -> list[crossval.Config]:
+    return [crossval.config(rerank=True, rerank_weight=w, rerank_idf=idf, rerank_fusion=f) for f in fusions for idf in RERANK_IDF
+            for w in ALPHAS[1:]]
+
+
+def score_rerank_stage(current: crossval.Config) -> list[crossval.Config]:
+    """The rerank stage before rank fusion: the reranker's scores blended with the fused scores only."""
+    return rerank_stage(current, ("minmax",))
+
+
+def sparse_stage(_current: crossval.Config) -> list[crossval.Config]:
+    return [crossval.config(sparse_weight=w) for w in ALPHAS[1:]]
 
 
 def mmr_stage(current: crossval.Config) -> list[crossval.Config]:
@@ -97,18 +105,20 @@ def mmr_stage(current: crossval.Config) -> list[crossval.Config]:
 
 STAGES = (first_stages, rm3_stage, rocchio_stage, rerank_stage, mmr_stage)
 NO_FEEDBACK = (first_stages, rerank_stage, mmr_stage)  # the rule before the feedback stages
-FIELDS = ("lexical", "fusion", "weights", "rerank", "rerank_weight", "rerank_idf", "mmr_lambda")
-SEED_CONFIG = crossval.config(**{f: getattr(SEED, f) for f in FIELDS})
-DEFAULT_CONFIG = crossval.config(**{f: getattr(DEFAULT, f) for f in FIELDS})  # params.DEFAULT as it is, no fitting
-
-
-def golden_as_is(scorer: Scorer, conceptual: np.ndarray) -> str:
-    """nDCG@10 on the golden set under ``params.DEFAULT`` as it is and of its vector list alone: all queries (conceptual)."""
-    final = scorer.ndcg(DEFAULT_CONFIG)
-    params = scorer.base.with_(**dict(DEFAULT_CONFIG))
-    vector = np.array([ndcg_at_k([h.chunk_id for h in scorer.trace(i, params).vector][:10], rel, 10) for i, rel in enumerate(scorer.relevant)])
-    return (f"under params.DEFAULT as it is (not fitted), nDCG@10 {final.mean():.3f} ({final[conceptual].mean():.3f} on the "
-            f"conceptual queries); its vector list alone {vector.mean():.3f} ({vector[conceptual].mean():.3f})")
+WITH_SPARSE = (first_stages, sparse_stage, rerank_stage, mmr_stage)  # the SPLADE list as a third fused list
+# for comparison: the first stage alone, and the no-feedback rule with the rerank stage it had before rank fusion
+# (stages, what a later stage must help: every setting, the default rule's, or every dataset, the rule before issue 37)
+RULES = {"first stage alone (joint rule)": ((first_stages,), "setting"),
+         "joint rule as before issue 37: score-blend rerank only, a stage kept when it helps every dataset":
+         ((first_stages, score_rerank_stage, mmr_stage), "dataset"),
+         "joint rule, a stage kept when it helps every dataset, no feedback stages": (NO_FEEDBACK, "dataset"),
+         "joint rule with the SPLADE list, no feedback stages": (WITH_SPARSE, "setting")}
+FIXED = {"hybrid(bm25) RRF 1:1, no rerank (no fitting)": crossval.config(lexical="bm25", fusion="rrf", weights=(0.5, 0.5), rerank=False,
+                                                                          mmr_lambda=None),
+         "params.DEFAULT as committed": crossval.config(**{f: getattr(DEFAULT, f) for f in ("lexical", "fusion", "weights", "rerank",
+                                                        "rerank_weight", "rerank_fusion", "rerank_idf", "mmr_lambda", "sparse_weight")})}
+SEED_CONFIG = crossval.config(**{f: getattr(SEED, f) for f in ("lexical", "fusion", "weights", "rerank", "rerank_weight",
+                                                                "rerank_idf", "mmr_lambda")})
 
 
 class Scorer:
@@ -119,8 +129,9 @@ class Scorer:
         self.conn, self.schema, self.embedder, self.queries, self.relevant = conn, schema, embedder, queries, relevant
         self.base, self.chunk_doc, self.k, self.depth = base, chunk_doc, k, depth
         stats = CorpusStats.from_texts([c.text for c in chunks])
-        self.retrievers = {"corpus": pipeline.Retriever(schema, embedder, LexicalReranker(corpus=stats)),
-                           "pool": pipeline.Retriever(schema, embedder, LexicalReranker())}
+        splade = SpladeEncoder()  # every Scorer's texts are synced into its schema's splade table first (main)
+        self.retrievers = {"corpus": pipeline.Retriever(schema, embedder, LexicalReranker(corpus=stats), sparse=splade),
+                           "pool": pipeline.Retriever(schema, embedder, LexicalReranker(), sparse=splade)}
         self.traces: dict[tuple, pipeline.Trace] = {}  # by pipeline.first_stage_key
         self.rows: dict = {}
 
@@ -157,8 +168,10 @@ class Scorer:
 def describe(cfg: crossval.Config) -> str:
     v = dict(cfg)
     parts = [f"{v['lexical']} {v['fusion']} w_vec={v['weights'][0]:g}"]
+    if v.get("sparse_weight"):
+        parts[0] += f" w_splade={v['sparse_weight']:g}"
     if v.get("rerank") and v.get("rerank_weight", 1.0) > 0:
-        parts.append(f"rerank({v.get('rerank_idf', 'pool')} idf) w={v['rerank_weight']:g}")
+        parts.append(f"rerank({v.get('rerank_idf', 'pool')} idf{', by rank' if v.get('rerank_fusion') == 'rrf' else ''}) w={v['rerank_weight']:g}")
     if v.get("prf_docs") and v.get("prf_weight", 0.5) > 0:
         parts.append(f"RM3({v['prf_docs']} docs, {v.get('prf_terms', 10)} terms, w={v.get('prf_weight', 0.5):g})")
     if v.get("prf_docs") and v.get("prf_beta"):
@@ -171,15 +184,15 @@ def describe(cfg: crossval.Config) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = common.parser(__doc__)
     parser.add_argument("--data", default=str(datasets.DEFAULT_CRANFIELD))
-    parser.add_argument("--embedders", nargs="+", default=["hash", "minilm"], help="partitions the default rule is fitted on")
-    parser.add_argument("--candidates", nargs="*", default=[], help="partitions or wheel models (index.wheel_models) scored held "
-                        "out under the default rule's fold choices and under their own rule; never part of the default's fit")
-    parser.add_argument("--no-feedback", action="store_true", help="fit only the rules without the feedback stages (RM3, "
-                        "Rocchio): the rows with them are left out, the run takes a fraction of the time")
+    parser.add_argument("--embedders", nargs="+", default=["hash", "minilm"])
     parser.add_argument("--cranfield-folds", type=int, default=5)
     parser.add_argument("--golden-folds", type=int, default=4)
     parser.add_argument("--out", default=str(DEFAULT_OUT), help="Markdown report path ('-': print only)")
+    parser.add_argument("--no-feedback", action="store_true", help="skip the feedback stages (RM3, Rocchio): the rows "
+                        "'with the feedback stages' then equal those without (a run in about a third of the time)")
+    parser.add_argument("--no-sparse", action="store_true", help="skip the rule with the SPLADE list (its tables are still synced)")
     args = parser.parse_args(argv)
+    stages_all = NO_FEEDBACK if args.no_feedback else STAGES
     log = lambda msg: print(msg, file=sys.stderr, flush=True)  # noqa: E731
     started = time.perf_counter()
 
@@ -195,62 +208,61 @@ def main(argv: list[str] | None = None) -> int:
     settings: list[crossval.Setting] = []
     scorers: dict[tuple[str, str], Scorer] = {}
     conn = pg.connect(args.dsn)
-    keys = [*args.embedders, *args.candidates]
-    for key in keys:
-        embedder = common.embedder(key)
+    splade = SpladeEncoder()
+    for key in args.embedders:
+        embedder = partitions.embedder(key)
         schema = partitions.schema_name(key, "cranfield")
         chunks, report = benchmark.index_benchmark(conn, schema, bench, embedder)
-        log(f"cranfield/{key}: {len(chunks)} chunks in {schema} ({report})")
+        log(f"cranfield/{key}: {len(chunks)} chunks in {schema} ({report}); SPLADE (encoded, deleted): {sparse.sync(conn, schema, splade)}")
         scorers["cranfield", key] = Scorer(conn, schema, embedder, chunks, [bench.queries[q] for q in qids], [rel[q] for q in qids],
                                            benchmark.CRANFIELD, chunk_doc={c.chunk_id: c.doc_id for c in chunks})
         gschema = common.bench_schema("quality", key)
-        log(f"golden/{key}: {common.index(conn, gschema, fixture_chunks, embedder)} in {gschema}")
+        log(f"golden/{key}: {common.index(conn, gschema, fixture_chunks, embedder)} in {gschema}; SPLADE {sparse.sync(conn, gschema, splade)}")
         grel = golden.relevant_sets(conn, gschema, golden_set)
         scorers["golden", key] = Scorer(conn, gschema, embedder, fixture_chunks, [q.query for q in golden_set],
                                         [grel[q.query_id] for q in golden_set], SEED.with_(k=10, n=50))
     for (dataset, key), scorer in scorers.items():
         settings.append(crossval.Setting(dataset, key, scorer.ndcg))
-    fit_on = [s for s in settings if s.embedder in args.embedders]
     sizes = {"cranfield": len(qids), "golden": len(golden_set)}
     fold_sets = {"cranfield": crossval.folds(sizes["cranfield"], args.cranfield_folds),
                  "golden": crossval.folds(sizes["golden"], args.golden_folds)}
 
     lines = []
     rows = []  # (setting, label, held-out scores)
-    for s in fit_on:
-        for label, stages in (("fitted on this setting", STAGES), ("fitted on this setting, no feedback stages", NO_FEEDBACK))[args.no_feedback:]:
+    for s in settings:
+        for label, stages in (("fitted on this setting", stages_all), ("fitted on this setting, no feedback stages", NO_FEEDBACK)):
             t = time.perf_counter()
             own = crossval.cross_validate([s], stages, fold_sets, sizes)[s.embedder]
             log(f"{s.dataset}/{s.embedder}: {label}: CV {own.mean:.3f} in {time.perf_counter() - t:.0f} s")
             rows.append((s, label, own))
-    before: dict = {}
-    joint = before if args.no_feedback else {}
+    joint, before = {}, {}
     for dataset in ("cranfield", "golden"):
         t = time.perf_counter()
-        if not args.no_feedback:
-            joint.update({(dataset, e): h for e, h in crossval.cross_validate(fit_on, STAGES, fold_sets, sizes, held_out=dataset).items()})
-        before.update({(dataset, e): h for e, h in crossval.cross_validate(fit_on, NO_FEEDBACK, fold_sets, sizes, held_out=dataset).items()})
+        joint.update({(dataset, e): h for e, h in crossval.cross_validate(settings, stages_all, fold_sets, sizes, held_out=dataset).items()})
+        before.update({(dataset, e): h for e, h in crossval.cross_validate(settings, NO_FEEDBACK, fold_sets, sizes, held_out=dataset).items()})
         log(f"joint CV held out {dataset} in {time.perf_counter() - t:.0f} s")
-    for s in (s for s in settings if s.embedder not in args.embedders):  # a candidate under each fold's choice, made without it
-        for rule in (joint, before):
-            picks, scores = rule[s.dataset, args.embedders[0]].picks, np.zeros(sizes[s.dataset])
-            for test, pick in zip(fold_sets[s.dataset], picks):
-                scores[test] = s.score(pick)[test]
-            rule[s.dataset, s.embedder] = crossval.HeldOut(s, scores, picks)
     alone = {}  # the rule fitted per embedder on both datasets: does a default of its own help an embedder?
-    for e in keys:
+    for e in args.embedders:
         mine = [s for s in settings if s.embedder == e]
         for dataset in ("cranfield", "golden"):
             alone.update({(dataset, e): crossval.cross_validate(mine, NO_FEEDBACK, fold_sets, sizes, held_out=dataset)[e]})
+    for label, (stages, every) in RULES.items():
+        if args.no_sparse and stages is WITH_SPARSE:
+            continue
+        for dataset in ("cranfield", "golden"):
+            for e, held in crossval.cross_validate(settings, stages, fold_sets, sizes, held_out=dataset, every=every).items():
+                rows.append((next(s for s in settings if (s.dataset, s.embedder) == (dataset, e)), label, held))
+        log(f"{label}: done")
     for s in settings:
         rows.append((s, "default rule, no feedback stages", before[s.dataset, s.embedder]))
-        if not args.no_feedback:
-            rows.append((s, "default rule (fitted on both datasets)", joint[s.dataset, s.embedder]))
+        rows.append((s, "default rule (fitted on both datasets)", joint[s.dataset, s.embedder]))
         rows.append((s, "rule of this embedder alone (both datasets), no feedback stages", alone[s.dataset, s.embedder]))
     everything = {d: np.arange(n) for d, n in sizes.items()}
-    default_before = crossval.choose(fit_on, NO_FEEDBACK, everything)
-    default = default_before if args.no_feedback else crossval.choose(fit_on, STAGES, everything)
-    log(f"default (joint rule on all queries): {describe(default)}; without the feedback stages: {describe(default_before)}")
+    default = crossval.choose(settings, stages_all, everything)
+    default_before = crossval.choose(settings, NO_FEEDBACK, everything)
+    with_sparse = None if args.no_sparse else describe(crossval.choose(settings, WITH_SPARSE, everything))
+    log(f"default (joint rule on all queries): {describe(default)}; without the feedback stages: {describe(default_before)}; "
+        f"with the SPLADE list: {with_sparse}")
 
     header = "| dataset | embedder | pipeline | nDCG@10 held out [95% CI] | / peer | fold choices |"
     lines += [header, "|---|---|---|---:|---:|---|"]
@@ -263,6 +275,11 @@ def main(argv: list[str] | None = None) -> int:
         lo, hi = crossval.bootstrap_interval(seed)
         ratio = lambda v: f"{v.mean() / peer_ndcg.mean():.2f}" if s.dataset == "cranfield" else ""  # noqa: E731
         lines.append(f"| {s.dataset} | {s.embedder} | seed (no fitting): {describe(SEED_CONFIG)} | {seed.mean():.3f} [{lo:.3f}, {hi:.3f}] | {ratio(seed)} | |")
+        for label, cfg in FIXED.items():
+            fixed_scores = s.score(cfg)
+            lo, hi = crossval.bootstrap_interval(fixed_scores)
+            lines.append(f"| {s.dataset} | {s.embedder} | {label}: {describe(cfg)} | {fixed_scores.mean():.3f} [{lo:.3f}, {hi:.3f}] | "
+                         f"{ratio(fixed_scores)} | |")
         for label, held in [(label, h) for (t, label, h) in rows if t is s]:
             lo, hi = held.interval
             picks = "; ".join(sorted({describe(p) for p in held.picks}))
@@ -271,12 +288,12 @@ def main(argv: list[str] | None = None) -> int:
         summary.append(f"- {s.dataset}/{s.embedder}: the default on all queries {fixed.mean():.3f} (in-sample, for reference only)")
 
     notes = []
-    for e in keys:
+    for e in args.embedders:
         held = joint["cranfield", e]
         diff, lo, hi, wins, losses = common.paired_difference(held.scores, peer_ndcg)
         notes.append(f"- cranfield/{e}, default rule held out: {held.mean:.3f} = {held.mean / peer_ndcg.mean():.2f}x the peer's "
                      f"{peer_ndcg.mean():.3f}; paired difference {diff:+.3f} [{lo:+.3f}, {hi:+.3f}], better on {wins} queries, worse on {losses}")
-    for s in [] if args.no_feedback else fit_on:
+    for s in settings:
         for label, fitted in (("default rule", (joint, before)),
                               ("fitted on this setting", ({(s.dataset, s.embedder): h for t, lab, h in rows if t is s and lab == "fitted on this setting"},
                                                           {(s.dataset, s.embedder): h for t, lab, h in rows
@@ -286,32 +303,32 @@ def main(argv: list[str] | None = None) -> int:
             notes.append(f"- {s.dataset}/{s.embedder}, {label} with the feedback stages against without: {after_h.mean:.3f} vs "
                          f"{before_h.mean:.3f}, paired difference {diff:+.3f} [{lo:+.3f}, {hi:+.3f}], better on {wins} queries, worse on {losses}")
     conceptual = np.array([q.kind == "conceptual" for q in golden_set])
+    by_label = {(s.dataset, s.embedder, label): h for s, label, h in rows}
+    for e in args.embedders:
+        for label in ("default rule, no feedback stages", *RULES):
+            if ("golden", e, label) not in by_label:
+                continue
+            h, c = by_label["golden", e, label], by_label["cranfield", e, label]
+            diff, lo, hi, wins, losses = common.paired_difference(c.scores, peer_ndcg)
+            notes.append(f"- {e}, {label}: golden nDCG@10 held out {h.mean:.3f}, conceptual queries {h.scores[conceptual].mean():.3f}; "
+                         f"cranfield {c.mean:.3f} = {c.mean / peer_ndcg.mean():.2f}x the peer, paired difference {diff:+.3f} [{lo:+.3f}, {hi:+.3f}]")
     for label, rule in (("default rule, no feedback stages", before), ("rule of this embedder alone", alone)):
-        for e in keys:
+        for e in args.embedders:
             scorer, recall10 = scorers["golden", e], np.zeros(len(golden_set))
             for test, pick in zip(fold_sets["golden"], rule["golden", e].picks):
                 recall10[test] = [recall_at_k(scorer.ranked(pick, i), scorer.relevant[i], 10) for i in test]
             notes.append(f"- golden/{e}, {label}: recall@10 held out {recall10.mean():.3f}, conceptual queries "
-                         f"{recall10[conceptual].mean():.3f} ({conceptual.sum()} queries); nDCG@10 held out on the conceptual "
-                         f"queries {rule['golden', e].scores[conceptual].mean():.3f}")
-    notes += [f"- golden/{e}: {golden_as_is(scorers['golden', e], conceptual)}" for e in keys]
-    for e in keys:
+                         f"{recall10[conceptual].mean():.3f} ({conceptual.sum()} queries)")
+    for e in args.embedders:
         rec = scorers["cranfield", e].recall(default, 100)
         notes.append(f"- cranfield/{e}: recall@100 of the default pipeline {rec.mean():.3f} against the peer's {peer_recall.mean():.3f}")
-    for e in keys:
-        load_s, rate, peak = common.embed_profile(e, [c.text for c in fixture_chunks])
-        notes.append(f"- {e} ({scorers['golden', e].embedder.name}): the fixture's {len(fixture_chunks)} chunks at {rate:.1f} texts/s "
-                     f"after {load_s:.1f} s to load and embed one, peak memory {peak:.0f} MB (own process; load average {common.load_average()})")
     text = "\n".join([
         "# Retrieval quality, cross-validated",
         "",
         f"Measured {dt.datetime.now(dt.timezone.utc):%Y-%m-%d %H:%M} UTC on {common.host_line()}; total run "
         f"{time.perf_counter() - started:.0f} s; code {common.code_version()}.",
-        f"Reproduce: `uv run python -m benchmarks quality{' --no-feedback' * args.no_feedback}"
-        f"{''.join(' --candidates ' + ' '.join(args.candidates) for _ in args.candidates[:1])}`.",
+        "Reproduce: `uv run python -m benchmarks quality`.",
         "",
-        *([f"Candidates (`--candidates`, never part of the default's fit): {', '.join(args.candidates)}; their `default rule` rows use each "
-           "fold's choice made without them."] if args.candidates else []),
         f"Folds: Cranfield {args.cranfield_folds} ({sizes['cranfield']} queries, distributed text), golden set "
         f"{args.golden_folds} ({sizes['golden']} queries), shuffled with seed 0. nDCG@10 (Cranfield: documents, a document at "
         "its best chunk; golden: chunks). Intervals: 95% bootstrap of the held-out mean, 10,000 resamples. "
@@ -322,7 +339,8 @@ def main(argv: list[str] | None = None) -> int:
         *notes,
         "",
         f"Default pipeline (the joint rule on every query of both datasets): **{describe(default)}** "
-        f"(without the feedback stages: {describe(default_before)}).",
+        f"(without the feedback stages: {describe(default_before)}; with the SPLADE list, no feedback stages: {with_sparse})."
+        + (" Run with --no-feedback: the feedback stages were skipped, and the rows naming them equal those without." if args.no_feedback else ""),
         *summary,
         "",
     ])

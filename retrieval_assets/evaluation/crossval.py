@@ -58,14 +58,18 @@ class Setting:
 
 
 def choose(settings: Sequence[Setting], stages: Sequence[Callable[[Config], Sequence[Config]]],
-           train: Mapping[str, np.ndarray]) -> Config:
+           train: Mapping[str, np.ndarray], *, every: str = "setting") -> Config:
     """The staged rule on the training queries (``train``: index array per dataset).
 
     ``stages[0]`` lists first-stage candidates (it receives an empty config); each later stage
-    lists changes to the current choice, of which only those raising the training mean on every
-    dataset qualify, and the best of them is kept (none qualifying: the stage is skipped). The objective is the mean over datasets of the mean over
-    that dataset's settings of the training mean.
+    lists changes to the current choice, of which only those raising the training mean of every
+    setting (``every="setting"``: each embedder on each dataset, so a later stage never trades one
+    embedder's loss for another's gain) or of every dataset (``every="dataset"``: the mean over its
+    settings) qualify, and the best of them is kept (none qualifying: the stage is skipped). The
+    objective is the mean over datasets of the mean over that dataset's settings of the training mean.
     """
+    if every not in ("setting", "dataset"):
+        raise ValueError(f"every must be 'setting' or 'dataset', got {every!r}")
     datasets = sorted({s.dataset for s in settings})
 
     def per_dataset(cfg: Config) -> dict[str, float]:
@@ -74,11 +78,16 @@ def choose(settings: Sequence[Setting], stages: Sequence[Callable[[Config], Sequ
     def objective(cfg: Config) -> float:
         return float(np.mean(list(per_dataset(cfg).values())))
 
+    def guarded(cfg: Config) -> list[float]:  # the training means a later stage must raise
+        if every == "dataset":
+            return list(per_dataset(cfg).values())
+        return [float(s.score(cfg)[train[s.dataset]].mean()) for s in settings]
+
     current = max(stages[0](config()), key=objective)
     for stage in stages[1:]:
-        now = per_dataset(current)
+        now = guarded(current)
         helping = [c for c in (merged(current, change) for change in stage(current))
-                   if all(score > now[d] for d, score in per_dataset(c).items())]
+                   if all(score > before for score, before in zip(guarded(c), now))]
         if helping:
             current = max(helping, key=objective)
     return current
@@ -103,7 +112,7 @@ class HeldOut:
 
 def cross_validate(settings: Sequence[Setting], stages: Sequence[Callable[[Config], Sequence[Config]]],
                    fold_sets: Mapping[str, Sequence[np.ndarray]], sizes: Mapping[str, int], *,
-                   held_out: str | None = None) -> dict[str, HeldOut]:
+                   held_out: str | None = None, every: str = "setting") -> dict[str, HeldOut]:
     """Per setting of the ``held_out`` dataset (default: the only dataset), the held-out scores of the rule.
 
     For fold i of that dataset the rule trains on its other folds plus every query of the other
@@ -119,7 +128,7 @@ def cross_validate(settings: Sequence[Setting], stages: Sequence[Callable[[Confi
     for test in fold_sets[target]:
         train = {d: np.arange(sizes[d]) for d in datasets}
         train[target] = np.setdiff1d(np.arange(sizes[target]), test)
-        pick = choose(settings, stages, train)
+        pick = choose(settings, stages, train, every=every)
         picks.append(pick)
         for s in mine:
             scores[s.embedder][test] = s.score(pick)[test]

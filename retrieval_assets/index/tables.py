@@ -30,7 +30,8 @@ CHUNK_COLUMNS: dict[str, str] = {f.name: _PG_TYPES[str(f.type)] for f in fields(
 # synced: the fingerprint of the chunks the last sync made the table equal to, with the oids of the tables it wrote
 #   (repair.record), cleared by any later write (store.sync);
 # fulltext: (chunk_id, tsv) of every chunk with the GIN index, kept by triggers on chunks, what full-text matching reads.
-TABLES = ("chunks", "chunk_lengths", "postings", "term_df", "bm25_stats", "vector_index", "vectors", "synced", "fulltext")
+# splade: (chunk_id, md5 of its text, SPLADE sparsevec) of the learned sparse list, written by search.sparse.sync.
+TABLES = ("chunks", "chunk_lengths", "postings", "term_df", "bm25_stats", "vector_index", "vectors", "synced", "fulltext", "splade")
 
 
 def column_list(*extra: str, prefix: str = "") -> sql.Composed:

@@ -68,7 +68,9 @@ def convex(lists: Sequence[Sequence[Hit]], method: str = "minmax", weights: Sequ
 
 
 def fuse(lists: Sequence[Sequence[Hit]], params: RetrievalParams = DEFAULT) -> list[Ranked]:
-    """The first-stage lists fused by ``params.fusion`` with ``params.weights`` (``rrf`` with ``params.rrf_k``)."""
+    """The first-stage lists (vector, lexical and, when given, the SPLADE list) fused by ``params.fusion`` with
+    ``params.weights`` and ``params.sparse_weight`` (``rrf`` with ``params.rrf_k``)."""
+    weights = (*params.weights, params.sparse_weight)[: len(lists)]
     if params.fusion == "rrf":
-        return rrf(lists, params.rrf_k, params.weights)
-    return convex(lists, params.fusion, params.weights)
+        return rrf(lists, params.rrf_k, weights)
+    return convex(lists, params.fusion, weights)

@@ -28,7 +28,8 @@ from psycopg.rows import dict_row
 
 from retrieval_assets.index import copies, vector_index
 
-from retrieval_assets.search import dense, fusion, hybrid, snapshot
+from retrieval_assets.search import dense, fusion, hybrid, snapshot, sparse as splade_list
+from retrieval_assets.index.splade import SpladeEncoder
 from retrieval_assets.index.embed import Embedder, embed_queries
 from retrieval_assets.params import (DEFAULT, MAX_QUERY_CHARS, MAX_QUERY_NEGATIONS, MAX_QUERY_TERMS, RetrievalParams, hnsw_ef_search,
                                      limit_query)
@@ -53,6 +54,7 @@ class Retriever:
     ef_search: int | None = None  # the least hnsw.ef_search the table's graph reaches its recall target at (vector_index.vector_index)
     exact: bool | str = False  # the table was chosen to scan exactly: its narrow copy's vector type ("vector", "halfvec"; copies.exact_copy)
     corpus_idf: bool = False  # the LexicalReranker's corpus statistics are the schema's: each run reads them in its snapshot
+    sparse: SpladeEncoder | None = None  # the SPLADE encoder of the learned sparse list (params.sparse_weight); None: no such list
 
 
 @dataclass(frozen=True)
@@ -66,10 +68,11 @@ class Trace:
     reranked: list[Ranked]
     final: list[Ranked]
     chunks: dict[str, Chunk] = field(default_factory=dict, repr=False)  # the reranked pool, by chunk_id
+    sparse: list[Hit] | None = None  # the SPLADE list, when params.sparse_weight asked for one (and the retriever has it)
 
 
 def retriever(conn: psycopg.Connection, schema: str, embedder: Embedder, params: RetrievalParams = DEFAULT, *,
-              reranker: Reranker | None = None) -> Retriever:
+              reranker: Reranker | None = None, sparse: SpladeEncoder | None = None) -> Retriever:
     """The retriever ``params`` asks for: ``reranker`` when given, else the BM25 ``LexicalReranker`` with the
     pool's idf or (``params.rerank_idf == "corpus"``) the idf of every chunk in ``schema`` (``corpus_stats``); with the
     ef_search the table's graph was chosen at after its last bulk load (``vector_index.choose_vector_index``), if any, or
@@ -79,8 +82,9 @@ def retriever(conn: psycopg.Connection, schema: str, embedder: Embedder, params:
         reranker = LexicalReranker(corpus=corpus_stats(conn, schema) if live else None)
     chosen = vector_index.vector_index(conn, schema)
     if chosen is not None and chosen.kind == "exact" and (copy := copies.exact_copy_type(conn, schema)):
-        return Retriever(schema, embedder, reranker, exact=copy, corpus_idf=live)
-    return Retriever(schema, embedder, reranker, chosen.ef_search if chosen is not None and chosen.kind == "hnsw" else None, corpus_idf=live)
+        return Retriever(schema, embedder, reranker, exact=copy, corpus_idf=live, sparse=sparse)
+    return Retriever(schema, embedder, reranker, chosen.ef_search if chosen is not None and chosen.kind == "hnsw" else None,
+                     corpus_idf=live, sparse=sparse)
 
 
 # The index's version, read in a search's snapshot: the bm25_stats row is rewritten by every store write that
@@ -140,6 +144,8 @@ def first_stage_key(query: str, params: RetrievalParams) -> tuple:
         key += ("rm3", params.prf_docs, params.prf_terms, params.prf_weight)
     if params.vector_feedback:
         key += ("rocchio", params.prf_docs, params.prf_beta, params.fusion, params.weights, params.rrf_k)
+    if params.sparse_weight:
+        key += ("splade",)
     return key
 
 
@@ -172,9 +178,10 @@ def run(conn: psycopg.Connection, retriever: Retriever, query: str, params: Retr
                    if rerank and retriever.corpus_idf and isinstance(retriever.reranker, LexicalReranker) else None)
         if first_stage is None:
             vector, text = hybrid.first_stage(conn, retriever.schema, vector_q, query, params, exact=retriever.exact)
-        fused = fusion.fuse([vector, text], params)[: params.n]
+        sparse = _sparse_list(conn, retriever, query, params, first_stage)
+        fused = fusion.fuse([vector, text, *([sparse] if sparse is not None else [])], params)[: params.n]
         if not rerank or not fused:
-            return Trace(vector_q, vector, text, fused, fused, fused[: params.k])
+            return Trace(vector_q, vector, text, fused, fused, fused[: params.k], sparse=sparse)
         reranker = retriever.reranker
         if version is not None:  # the corpus statistics of this snapshot
             reranker = LexicalReranker(reranker.k1, reranker.b, corpus=_stats_of(conn, retriever.schema, version.fetchone()))
@@ -189,10 +196,22 @@ def run(conn: psycopg.Connection, retriever: Retriever, query: str, params: Retr
     chunks = {c.chunk_id: c for c in pool}
     evidence = {r.chunk_id: r.score for r in fused}
     if params.rerank_weight > 0:
-        reranked = blend(reranker.rerank(query, pool, len(pool)), evidence, params.rerank_weight)
+        reranked = blend(reranker.rerank(query, pool, len(pool)), evidence, params.rerank_weight, params.rerank_fusion, params.rrf_k)
     else:  # the fused order, the pool's positions as ranks
         reranked = [Ranked(c.chunk_id, evidence[c.chunk_id], i, (i,)) for i, c in enumerate(pool, 1)]
     if params.mmr_lambda is None:
-        return Trace(vector_q, vector, text, fused, reranked, reranked[: params.k], chunks)
+        return Trace(vector_q, vector, text, fused, reranked, reranked[: params.k], chunks, sparse)
     final = mmr(vector_q, reranked, [rows[r.chunk_id][1] for r in reranked], lam=params.mmr_lambda, top_k=params.k)
-    return Trace(vector_q, vector, text, fused, reranked, final, chunks)
+    return Trace(vector_q, vector, text, fused, reranked, final, chunks, sparse)
+
+
+def _sparse_list(conn: psycopg.Connection, retriever: Retriever, query: str, params: RetrievalParams,
+                 first_stage: Trace | None) -> list[Hit] | None:
+    """The SPLADE list of ``run`` (None when ``params.sparse_weight`` is 0 or the retriever has no encoder):
+    ``first_stage``'s when it has one, else searched in the caller's snapshot."""
+    if not params.sparse_weight or retriever.sparse is None:
+        return None
+    if first_stage is not None and first_stage.sparse is not None:
+        return first_stage.sparse
+    encoder = retriever.sparse
+    return splade_list.search(conn, retriever.schema, encoder.encode([query])[0], encoder.dims, params.n)

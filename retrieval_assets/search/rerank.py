@@ -118,14 +118,29 @@ class CrossEncoderReranker:
         return _ranked(chunks, scores, top_k)
 
 
-def blend(reranked: Sequence[Ranked], evidence: Mapping[str, float], weight: float) -> list[Ranked]:
-    """``reranked`` re-scored by ``weight * reranker score + (1 - weight) * evidence`` (each min-max normalised
-    over the pool; ``evidence``: the first stage's fused score by chunk_id), best first, ties in fused order."""
+def competition_ranks(scores: Sequence[float] | np.ndarray) -> np.ndarray:
+    """Rank of each score, best (highest) 1, equal scores sharing the best of their ranks: 1 + how many are higher."""
+    scores = np.asarray(scores, dtype=np.float64)
+    return 1 + np.searchsorted(np.sort(-scores), -scores, side="left")
+
+
+def blend(reranked: Sequence[Ranked], evidence: Mapping[str, float], weight: float, method: str = "minmax",
+          rrf_k: int = DEFAULT.rrf_k) -> list[Ranked]:
+    """``reranked`` re-scored with the first stage's ``evidence`` (its fused score by chunk_id), best first, ties in
+    fused order. ``minmax``: ``weight * reranker score + (1 - weight) * evidence``, each min-max normalised over the
+    pool; ``rrf``: ``weight / (rrf_k + reranker rank) + (1 - weight) / (rrf_k + fused rank)``, equal scores sharing a
+    rank (``competition_ranks``), so a reranker that ties leaves the fused order as it was."""
     if weight >= 1 or not reranked:
         return list(reranked)
-    own = normalise([r.score for r in reranked], "minmax")
-    first = normalise([evidence[r.chunk_id] for r in reranked], "minmax")
-    scores = weight * own + (1 - weight) * first
+    own = np.array([r.score for r in reranked], dtype=np.float64)
+    first = np.array([evidence[r.chunk_id] for r in reranked], dtype=np.float64)
+    if method == "rrf":
+        scores = weight / (rrf_k + competition_ranks(own)) + (1 - weight) / (rrf_k + competition_ranks(first))
+    elif method == "minmax":
+        own, first = normalise(own, "minmax"), normalise(first, "minmax")
+        scores = weight * own + (1 - weight) * first
+    else:
+        raise ValueError(f"unknown rerank fusion '{method}' (known: minmax, rrf)")
     order = np.lexsort((-first, -scores))
     return [Ranked(reranked[i].chunk_id, float(scores[i]), rank, reranked[i].ranks) for rank, i in enumerate(order, 1)]
 
