@@ -169,6 +169,12 @@ def test_the_claude_drafter_drops_and_counts_bad_anchors_invalid_json_and_duplic
         ClaudeDrafter(3)
 
 
+def _umask() -> int:
+    umask = os.umask(0)
+    os.umask(umask)
+    return umask
+
+
 def test_review_appends_accepted_queries_and_golden_yaml_stays_valid(tmp_path):
     root = write_corpus(tmp_path, golden_items=HAND)
     documents, chunks = load(root)
@@ -176,6 +182,7 @@ def test_review_appends_accepted_queries_and_golden_yaml_stays_valid(tmp_path):
     items = draft_file.read_draft(path)[1]
     a, b, c, d = (i.query_id for i in items[:4])
     before = (root / "golden.yaml").read_bytes()
+    (root / "golden.yaml").chmod(0o640)  # the user's permissions survive the review's replace (mkstemp makes 0600)
     for bad, words in (({"nope": Decision("accept")}, "no query 'nope'"), ({a: Decision("accept", kind="vague")}, "kind 'vague'")):
         with pytest.raises(DraftFileError, match=words):
             draft_file.review(root, path, bad, documents)
@@ -183,6 +190,7 @@ def test_review_appends_accepted_queries_and_golden_yaml_stays_valid(tmp_path):
     assert draft_file.review(root, path, {a: Decision("accept"), b: Decision("accept", "an edited query"), c: Decision("reject")},
                              documents) == (2, 1)
     text = (root / "golden.yaml").read_text()
+    assert (root / "golden.yaml").stat().st_mode & 0o777 == 0o640 and path.stat().st_mode & 0o777 == 0o666 & ~_umask()
     assert text.startswith(before.decode())  # appended: the hand-written part and its comment untouched
     loaded = golden.load_golden(root / "golden.yaml", documents)
     assert [q.query_id for q in loaded] == ["h1", a, b] and loaded[2].query == "an edited query"

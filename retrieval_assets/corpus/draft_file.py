@@ -51,11 +51,22 @@ def _dump(data) -> str:
     return yaml.safe_dump(data, sort_keys=False, allow_unicode=True, width=1_000_000)
 
 
+def _mode(path: Path) -> int:
+    """The replaced file's permissions, or a new file's (0666 less the umask): mkstemp's 0600 is not the user's."""
+    try:
+        return path.stat().st_mode & 0o777
+    except FileNotFoundError:
+        umask = os.umask(0)
+        os.umask(umask)
+        return 0o666 & ~umask
+
+
 def _replace(path: Path, text: str) -> None:
     try:
         fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             f.write(text)
+        os.chmod(tmp, _mode(path))
         os.replace(tmp, path)
     except OSError as exc:
         raise DraftFileError(f"{path}: cannot write ({exc.strerror or exc})") from None
