@@ -146,8 +146,8 @@ def test_choose_by_setting_never_trades_one_embedders_loss_for_anothers_gain():
     strong = crossval.Setting("one", "strong", lambda cfg: np.asarray({A: [1, 1], B: [0, 0], PLUS: [0.9, 0.9]}[cfg], dtype=float))
     weak = crossval.Setting("one", "weak", lambda cfg: np.asarray({A: [0.2, 0.2], B: [0, 0], PLUS: [0.5, 0.5]}[cfg], dtype=float))
     train = {"one": np.arange(2)}
-    assert crossval.choose([strong, weak], stages, train, every="dataset") == PLUS  # the dataset's mean rises
-    assert crossval.choose([strong, weak], stages, train) == A  # but it lowers the strong embedder: not kept
+    assert crossval.choose([strong, weak], stages, train) == PLUS  # the dataset's mean rises
+    assert crossval.choose([strong, weak], stages, train, every="setting") == A  # but it lowers the strong embedder
     with pytest.raises(ValueError, match="every must be 'setting' or 'dataset'"):
         crossval.choose([strong], stages, train, every="embedder")
 

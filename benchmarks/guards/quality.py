@@ -107,12 +107,11 @@ STAGES = (first_stages, rm3_stage, rocchio_stage, rerank_stage, mmr_stage)
 NO_FEEDBACK = (first_stages, rerank_stage, mmr_stage)  # the rule before the feedback stages
 WITH_SPARSE = (first_stages, sparse_stage, rerank_stage, mmr_stage)  # the SPLADE list as a third fused list
 # for comparison: the first stage alone, and the no-feedback rule with the rerank stage it had before rank fusion
-# (stages, what a later stage must help: every setting, the default rule's, or every dataset, the rule before issue 37)
-RULES = {"first stage alone (joint rule)": ((first_stages,), "setting"),
-         "joint rule as before issue 37: score-blend rerank only, a stage kept when it helps every dataset":
-         ((first_stages, score_rerank_stage, mmr_stage), "dataset"),
-         "joint rule, a stage kept when it helps every dataset, no feedback stages": (NO_FEEDBACK, "dataset"),
-         "joint rule with the SPLADE list, no feedback stages": (WITH_SPARSE, "setting")}
+# (stages, what a later stage must raise: every dataset's training mean, the default rule's, or every setting's)
+RULES = {"first stage alone (joint rule)": ((first_stages,), "dataset"),
+         "joint rule before issue 37: score-blend rerank only": ((first_stages, score_rerank_stage, mmr_stage), "dataset"),
+         "joint rule, a stage kept only when it helps every setting, no feedback stages": (NO_FEEDBACK, "setting"),
+         "joint rule with the SPLADE list, no feedback stages": (WITH_SPARSE, "dataset")}
 FIXED = {"hybrid(bm25) RRF 1:1, no rerank (no fitting)": crossval.config(lexical="bm25", fusion="rrf", weights=(0.5, 0.5), rerank=False,
                                                                           mmr_lambda=None),
          "params.DEFAULT as committed": crossval.config(**{f: getattr(DEFAULT, f) for f in ("lexical", "fusion", "weights", "rerank",

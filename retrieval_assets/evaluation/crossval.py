@@ -58,14 +58,14 @@ class Setting:
 
 
 def choose(settings: Sequence[Setting], stages: Sequence[Callable[[Config], Sequence[Config]]],
-           train: Mapping[str, np.ndarray], *, every: str = "setting") -> Config:
+           train: Mapping[str, np.ndarray], *, every: str = "dataset") -> Config:
     """The staged rule on the training queries (``train``: index array per dataset).
 
     ``stages[0]`` lists first-stage candidates (it receives an empty config); each later stage
     lists changes to the current choice, of which only those raising the training mean of every
-    setting (``every="setting"``: each embedder on each dataset, so a later stage never trades one
-    embedder's loss for another's gain) or of every dataset (``every="dataset"``: the mean over its
-    settings) qualify, and the best of them is kept (none qualifying: the stage is skipped). The
+    dataset (``every="dataset"``, the mean over its settings: the rule params.DEFAULT came from) or of
+    every setting (``every="setting"``: each embedder on each dataset, so a later stage never trades one
+    embedder's loss for another's gain) qualify, and the best of them is kept (none qualifying: the stage is skipped). The
     objective is the mean over datasets of the mean over that dataset's settings of the training mean.
     """
     if every not in ("setting", "dataset"):
@@ -112,7 +112,7 @@ class HeldOut:
 
 def cross_validate(settings: Sequence[Setting], stages: Sequence[Callable[[Config], Sequence[Config]]],
                    fold_sets: Mapping[str, Sequence[np.ndarray]], sizes: Mapping[str, int], *,
-                   held_out: str | None = None, every: str = "setting") -> dict[str, HeldOut]:
+                   held_out: str | None = None, every: str = "dataset") -> dict[str, HeldOut]:
     """Per setting of the ``held_out`` dataset (default: the only dataset), the held-out scores of the rule.
 
     For fold i of that dataset the rule trains on its other folds plus every query of the other
