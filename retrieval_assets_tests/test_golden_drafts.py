@@ -170,9 +170,9 @@ def test_the_claude_drafter_drops_and_counts_bad_anchors_invalid_json_and_duplic
 
 
 def _umask() -> int:
-    umask = os.umask(0)
-    os.umask(umask)
-    return umask
+    """This process's umask, read without setting it (Linux's /proc/self/status)."""
+    line = next(x for x in Path("/proc/self/status").read_text().splitlines() if x.startswith("Umask:"))
+    return int(line.split()[1], 8)
 
 
 def test_review_appends_accepted_queries_and_golden_yaml_stays_valid(tmp_path):
@@ -207,6 +207,41 @@ def test_review_appends_accepted_queries_and_golden_yaml_stays_valid(tmp_path):
     with pytest.raises(golden.GoldenError, match="query h1: status 'draft'"):
         golden.load_golden(tmp_path / "bad.yaml")
     assert len(golden.load_golden(CORPUS / "golden.yaml")) == 48  # the hand-written sets are as valid as before
+
+
+def test_two_reviews_at_once_keep_both_decisions(tmp_path):
+    """Two processes review one draft at once: the first stops after it has read the draft and golden.yaml (at
+    the check of its new golden.yaml) until the second has finished or 10 s have passed. Without the corpus lock
+    the second finishes first and the first's replace drops its decision; with it the second waits."""
+    root = write_corpus(tmp_path, golden_items=HAND)
+    documents, chunks = load(root)
+    path = draft_file.write_draft(root / draft_file.DRAFT_NAME, drafting.draft(documents, chunks, per_doc=3))
+    a, b = (i.query_id for i in draft_file.read_draft(path)[1][:2])
+    code = """import sys, time
+from pathlib import Path
+from retrieval_assets.corpus import draft_file, golden
+from retrieval_assets.index import chunker
+root, qid, done = sys.argv[1], sys.argv[2], Path(sys.argv[1] + "/../second-done")
+load = golden.load_golden
+def held(path, *args, **kwargs):
+    if str(path).endswith(".check") and qid == sys.argv[3]:
+        print("holding", flush=True)
+        deadline = time.monotonic() + 10
+        while not done.exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+    return load(path, *args, **kwargs)
+golden.load_golden = held
+draft_file.review(root, root + "/golden.draft.yaml", {qid: draft_file.Decision("accept")}, chunker.load_documents(root))
+if qid != sys.argv[3]:
+    done.touch()
+"""
+    first = subprocess.Popen([sys.executable, "-c", code, str(root), a, a], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT)
+    assert first.stdout.readline().strip() == "holding"
+    second = subprocess.run([sys.executable, "-c", code, str(root), b, a], capture_output=True, text=True, timeout=120, cwd=ROOT)
+    _, err = first.communicate(timeout=120)
+    assert first.returncode == 0 and second.returncode == 0, err[-2000:] + second.stderr[-2000:]
+    assert [q.query_id for q in golden.load_golden(root / "golden.yaml", documents)] == ["h1", a, b]
+    assert [i.status for i in draft_file.read_draft(path)[1][:2]] == ["accepted", "accepted"]
 
 
 def test_drafts_never_go_to_golden_yaml_nor_over_another_file(tmp_path):

@@ -113,10 +113,11 @@ print(json.dumps({"seen": seen, "active": active()}))
 
 @pytest.mark.slow
 def test_an_interrupted_search_cancels_the_statements_of_both_sessions(exact_index, pg_dsn):
-    """Ctrl-C in the middle of a split scan (both halves made to take 3 s): the KeyboardInterrupt leaves after
-    both sessions' statements were cancelled, and the connection searches on."""
+    """Ctrl-C in the middle of a split scan (both halves made to take 30 s): the KeyboardInterrupt leaves after
+    both sessions' statements were cancelled, and the connection searches on. The halves sleep 30 s and the bound is 15 s:
+    a hang check (waiting for the statements would take 30 s), not a speed figure, so a loaded machine passes."""
     code = CHILD + """
-slow = dense._EXACT_PART.replace("AS pages) AS size", "AS pages FROM pg_sleep(3)) AS size")
+slow = dense._EXACT_PART.replace("AS pages) AS size", "AS pages FROM pg_sleep(30)) AS size")
 assert slow != dense._EXACT_PART
 dense._EXACT_PART = slow
 print("searching", flush=True)
@@ -127,7 +128,7 @@ try:
 except KeyboardInterrupt:
     outcome = "interrupted"
 seconds, running = time.monotonic() - start, active()
-dense._EXACT_PART = slow.replace(" FROM pg_sleep(3)", "")
+dense._EXACT_PART = slow.replace(" FROM pg_sleep(30)", "")
 print(json.dumps({"outcome": outcome, "seconds": seconds, "active": running,
                   "after": len(pipeline.run(conn, retriever, query, DEFAULT).final)}))
 """
@@ -137,7 +138,7 @@ print(json.dumps({"outcome": outcome, "seconds": seconds, "active": running,
     child.send_signal(signal.SIGINT)
     out, _ = _finish(child, timeout=60)
     got = json.loads(out.splitlines()[-1])
-    assert got["outcome"] == "interrupted" and got["seconds"] < 2.5 and got["active"] == 0 and got["after"] == 10, got
+    assert got["outcome"] == "interrupted" and got["seconds"] < 15 and got["active"] == 0 and got["after"] == 10, got
 
 
 # 2. bad limits --------------------------------------------------------------------------------------------

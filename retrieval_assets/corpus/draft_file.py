@@ -10,16 +10,20 @@ checks a draft file like golden.yaml (``golden.load_golden``) and returns its ma
 edited query text or kind when given) to golden.yaml with ``status: reviewed``, checks the whole
 new golden.yaml against the documents before it replaces the old one, then records every decision
 in the draft; a bad decision (unknown id, a query already reviewed or already in golden.yaml)
-raises ``DraftFileError`` naming it and changes nothing. Files are replaced atomically.
+raises ``DraftFileError`` naming it and changes nothing. Files are replaced atomically, and two reviews of
+one corpus (two processes on one host) run one after the other.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import fcntl
 import os
+import secrets
 import tempfile
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -51,25 +55,32 @@ def _dump(data) -> str:
     return yaml.safe_dump(data, sort_keys=False, allow_unicode=True, width=1_000_000)
 
 
-def _mode(path: Path) -> int:
-    """The replaced file's permissions, or a new file's (0666 less the umask): mkstemp's 0600 is not the user's."""
-    try:
-        return path.stat().st_mode & 0o777
-    except FileNotFoundError:
-        umask = os.umask(0)
-        os.umask(umask)
-        return 0o666 & ~umask
-
-
 def _replace(path: Path, text: str) -> None:
+    """Write ``text`` to a new file beside ``path`` and rename it over ``path``: the replaced file's permissions
+    are kept; a new file gets 0666 less the umask (the kernel applies it; mkstemp's 0600 is not the user's)."""
+    tmp = path.parent / f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}"
     try:
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
+        mode = path.stat().st_mode & 0o777 if path.exists() else None
+        with open(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666), "w", encoding="utf-8") as f:
             f.write(text)
-        os.chmod(tmp, _mode(path))
+        if mode is not None:
+            os.chmod(tmp, mode)
         os.replace(tmp, path)
     except OSError as exc:
+        tmp.unlink(missing_ok=True)
         raise DraftFileError(f"{path}: cannot write ({exc.strerror or exc})") from None
+
+
+@contextmanager
+def _locked(folder: Path) -> Iterator[None]:
+    """Hold an exclusive lock on ``folder`` (flock on the directory itself: no lock file left in the corpus), so two
+    reviews of one golden.yaml run one after the other instead of the second dropping the first's queries."""
+    fd = os.open(folder, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
 
 
 def _item_dict(item: DraftItem) -> dict:
@@ -145,8 +156,14 @@ def _golden_text(golden_path: Path, accepted: list[dict]) -> str:
 
 def review(corpus_dir: str | Path, draft_path: str | Path, decisions: Mapping[str, Decision],
            documents: Sequence[Document]) -> tuple[int, int]:
-    """Apply ``decisions`` (query id -> accept or reject); returns (accepted, rejected). See the contract."""
-    golden_path = Path(corpus_dir) / GOLDEN_NAME
+    """Apply ``decisions`` (query id -> accept or reject); returns (accepted, rejected). See the contract. Reviews
+    of one corpus wait for each other (a lock on the corpus folder)."""
+    with _locked(Path(corpus_dir)):
+        return _review(Path(corpus_dir) / GOLDEN_NAME, draft_path, decisions, documents)
+
+
+def _review(golden_path: Path, draft_path: str | Path, decisions: Mapping[str, Decision],
+            documents: Sequence[Document]) -> tuple[int, int]:
     data, items = read_draft(draft_path)
     by_id = {i.query_id: i for i in items}
     empty = not golden_path.exists() or golden.load_yaml(golden_path.read_text(encoding="utf-8"), str(golden_path)) is None
