@@ -141,6 +141,25 @@ print(json.dumps({"outcome": outcome, "seconds": seconds, "active": running,
     assert got["outcome"] == "interrupted" and got["seconds"] < 15 and got["active"] == 0 and got["after"] == 10, got
 
 
+def test_a_session_ended_by_the_server_is_a_lost_connection_even_when_psycopg_reports_the_pipeline():
+    """Seen under load in the restart test below: the server's AdminShutdown arrives as the context of psycopg's
+    "cannot exit pipeline mode while busy" while libpq still reports the connection OK; that is a lost connection."""
+    from retrieval_assets.search import snapshot
+
+    def leave_pipeline(first: type[BaseException]):
+        try:
+            try:
+                raise first("terminating connection due to administrator command")
+            except psycopg.Error:
+                raise psycopg.OperationalError("cannot exit pipeline mode while busy")  # noqa: B904 - psycopg's own shape
+        except psycopg.Error as exc:
+            return exc
+
+    assert snapshot._lost(leave_pipeline(psycopg.errors.AdminShutdown))
+    assert snapshot._lost(leave_pipeline(psycopg.errors.CrashShutdown))
+    assert not snapshot._lost(leave_pipeline(psycopg.errors.QueryCanceled))
+
+
 # 2. bad limits --------------------------------------------------------------------------------------------
 
 @pytest.fixture(scope="module")

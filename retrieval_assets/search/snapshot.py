@@ -146,13 +146,29 @@ def search(conn: psycopg.Connection, timeout_ms: int = 0, *, partner: bool = Fal
         raise SearchTimeout(f"a search statement ran past statement_timeout_ms={timeout_ms} and was cancelled "
                             "(RetrievalParams.statement_timeout_ms; 0 lifts the limit)") from None
     except psycopg.OperationalError as exc:
-        if not any(sessions.broken(c) for c in (conn, scope.partner) if c is not None):
+        if not _lost(exc) and not any(sessions.broken(c) for c in (conn, scope.partner) if c is not None):
             raise
         reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise server.ConnectError(f"lost the connection to Postgres at {sessions.describe(conn)} during a search: {reason}") from None
     finally:
         _ACTIVE.pop(conn, None)
         scope._release()
+
+
+_SHUTDOWN = (psycopg.errors.AdminShutdown, psycopg.errors.CrashShutdown, psycopg.errors.CannotConnectNow)
+
+
+def _lost(exc: BaseException) -> bool:
+    """Whether the server ended the session (restart, ``pg_terminate_backend``) anywhere in ``exc``'s chain: psycopg
+    can report it as the error leaving the pipeline ("cannot exit pipeline mode while busy") before libpq has seen
+    the socket close, so the connection does not look broken yet."""
+    seen: set[int] = set()
+    while exc is not None and id(exc) not in seen:
+        if isinstance(exc, _SHUTDOWN):
+            return True
+        seen.add(id(exc))
+        exc = exc.__cause__ or exc.__context__
+    return False
 
 
 @contextlib.contextmanager
