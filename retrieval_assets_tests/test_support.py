@@ -9,6 +9,8 @@ import textwrap
 import dagster as dg
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from retrieval_assets.answers import answer, calibration, reliability, respond, support
 from retrieval_assets.answers.citations import REFUSAL
@@ -20,7 +22,7 @@ from retrieval_assets.defs.resources import CorpusResource
 from retrieval_assets.index import chunker, store
 from retrieval_assets.index.embed import HashEmbedder
 from retrieval_assets.search import pipeline
-from retrieval_assets.types import Chunk, Hit
+from retrieval_assets.types import Chunk, Faithfulness, Hit
 from retrieval_assets_tests.test_answer import ScriptedQuery, resource  # noqa: F401 (a fixture)
 
 # --- evidence and model on invented examples -------------------------------------------------------------------------
@@ -180,6 +182,44 @@ def test_any_question_gets_an_answer_or_the_refusal(conn, small, question):
     r = respond.respond(conn, retriever, question, answer.SOURCES, cal)
     assert 0.0 <= r.support <= 1.0
     assert r.result.faithfulness.refused or (r.result.faithfulness.cited and r.result.faithfulness.uncited_claims == 0)
+
+
+# --- the extractive answerer's picking ----------------------------------------------------------------------------------
+
+PUSH = [chunk(1, "Pushes and pulls are described in general terms in this chapter of the manual."),
+        chunk(2, "### What to do when a push fails\n\nIf a push would not fast-forward the remote branch, it is rejected with "
+                 "an error like:\n\n```\n ! [rejected]  master -> master\n```\n\nThe errors listed next are followed by:"),
+        chunk(3, "The keeper trims the wick of the lantern at dusk.")]
+
+
+def test_extractive_quotes_one_sentence_of_each_source_with_the_strongest_claim():
+    result = answer.extractive_answer("Why would a push be rejected?", PUSH, scores=[1.0, 9.0, 0.5], floor=0.0, stats=STATS)
+    lines = result.text.splitlines()
+    # the lead-in of a listing is a sentence; its source carries the question's words and the best score, so it comes first;
+    # a colon that introduces nothing ("followed by:" at the end) is no sentence's end; a source without the words is left out
+    assert lines == ["If a push would not fast-forward the remote branch, it is rejected with an error like: [2]",
+                     "Pushes and pulls are described in general terms in this chapter of the manual. [1]"]
+    assert result.faithfulness == Faithfulness((1, 2), 0, False)
+    one = answer.extractive_answer("Why would a push be rejected?", PUSH, floor=0.0, picking=answer.Picking((1.0, 0.0, 0.0), 1, 0.0))
+    assert one.text.endswith("[1]") and len(one.text.splitlines()) == 1  # rank alone, one source: the first source's sentence
+    assert answer.extractive_answer("zeppelin quagga", PUSH, floor=0.0).faithfulness.refused  # no sentence shares a content word
+
+
+@settings(max_examples=150, deadline=None)
+@given(question=st.text(max_size=300), texts=st.lists(st.text(max_size=400), max_size=4), weights=st.tuples(*[st.floats(0, 5)] * 3),
+       n=st.integers(0, 6), keep=st.floats(0, 1))
+def test_extractive_answers_any_text_in_sentences_or_refuses(question, texts, weights, n, keep):
+    chunks = [chunk(i, t) for i, t in enumerate(texts, 1)]
+    result = answer.extractive_answer(question, chunks, scores=[float(i) for i in range(len(chunks))], floor=0.0,
+                                      picking=answer.Picking(weights, n, keep))
+    assert result.faithfulness.refused or (result.faithfulness.uncited_claims == 0 and len(result.text.splitlines()) <= n)
+
+
+def test_extractive_on_empty_and_huge_questions():
+    assert answer.extractive_answer("", PUSH, floor=0.0).faithfulness.refused
+    assert answer.extractive_answer("", [], floor=0.0).faithfulness.refused
+    huge = answer.extractive_answer("push rejected " * 20_000 + "ფარი 中文", PUSH, floor=0.0, stats=STATS)
+    assert huge.faithfulness.cited and huge.faithfulness.uncited_claims == 0
 
 
 # --- the calibration asset on the fixture (in test_answer's schemas: its ``resource`` fixture) -----------------------------
