@@ -4,14 +4,19 @@ answers on a small corpus this module writes, the support_calibration asset on t
 from __future__ import annotations
 
 import dataclasses
+import subprocess
+import sys
 import textwrap
+import threading
 
 import dagster as dg
 import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from psycopg import sql
 
+from retrieval_assets import pg
 from retrieval_assets.answers import answer, calibration, reliability, respond, support
 from retrieval_assets.answers.citations import REFUSAL
 from retrieval_assets.answers.support import Evidence, SupportModel
@@ -182,6 +187,70 @@ def test_any_question_gets_an_answer_or_the_refusal(conn, small, question):
     r = respond.respond(conn, retriever, question, answer.SOURCES, cal)
     assert 0.0 <= r.support <= 1.0
     assert r.result.faithfulness.refused or (r.result.faithfulness.cited and r.result.faithfulness.uncited_claims == 0)
+
+
+# --- two launches at once ---------------------------------------------------------------------------------------------
+
+def _drop_calibration(conn, schema: str) -> None:
+    conn.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(sql.Identifier(schema, "support_calibration")))
+    conn.commit()
+
+
+def test_calibrations_stored_at_once_all_succeed(pg_dsn, conn, small):
+    """Six connections store at the same moment into a schema without the table yet (each round failed with a
+    UniqueViolation on pg_type before store took its advisory lock)."""
+    schema = small[1].schema
+    cal = calibration.Calibration(SupportModel((1.0,) * len(support.FEATURES), -3.0), (0.1, 0.2), "default", "test", 0, 2, None, 1.0, None)
+    for _ in range(3):
+        _drop_calibration(conn, schema)
+        barrier, errors = threading.Barrier(6), []
+
+        def launch(i: int) -> None:
+            with pg.connect(pg_dsn) as other:
+                barrier.wait()
+                try:
+                    calibration.store(other, schema, f"launch-{i}", dataclasses.replace(cal, note=f"launch {i}"))
+                except Exception as exc:  # noqa: BLE001 (collected, asserted below)
+                    errors.append(exc)
+
+        threads = [threading.Thread(target=launch, args=(i,)) for i in range(6)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(60)
+        assert errors == []
+        kept = [i for i in range(6) if calibration.stored(conn, schema, f"launch-{i}") is not None]
+        assert len(kept) == 1 and calibration.stored(conn, schema, f"launch-{kept[0]}").note == f"launch {kept[0]}"
+
+
+LAUNCH = """
+import sys
+from retrieval_assets import pg
+from retrieval_assets.answers import answer, calibration, reliability
+from retrieval_assets.index.embed import HashEmbedder
+from retrieval_assets.search import pipeline
+dsn, schema, png = sys.argv[1:]
+with pg.connect(dsn) as conn:
+    retriever = pipeline.retriever(conn, schema, HashEmbedder(), answer.SOURCES)
+    cal, made = calibration.for_index(conn, retriever, [], answer.SOURCES, "hash", refresh=True)
+    reliability.plot(cal, png)
+print(made, cal.refusal_rate)
+"""
+
+
+def test_two_processes_calibrate_one_corpus_at_once(pg_dsn, conn, small, tmp_path):
+    """Two real processes calibrate the same corpus and write the same plot at once, as two launches of
+    ``<corpus>/support_calibration`` would: both succeed, one calibration is stored, the plot is whole."""
+    schema, png = small[1].schema, tmp_path / "support_calibration.png"
+    _drop_calibration(conn, schema)
+    runs = [subprocess.Popen([sys.executable, "-c", LAUNCH, pg_dsn, schema, str(png)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                             text=True) for _ in range(2)]
+    outputs = [run.communicate(timeout=300) for run in runs]
+    assert [run.returncode for run in runs] == [0, 0], outputs
+    assert {out.split()[0] for out, _ in outputs} == {"True"}
+    cal, made = calibration.for_index(conn, small[1], [], answer.SOURCES, "hash")
+    assert not made and f"{cal.refusal_rate}" in outputs[0][0]  # stored, and the same calibration both made
+    assert png.read_bytes().startswith(b"\x89PNG") and list(tmp_path.iterdir()) == [png]  # whole, no temporary file left
 
 
 # --- the extractive answerer's picking ----------------------------------------------------------------------------------

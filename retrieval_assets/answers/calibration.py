@@ -210,11 +210,13 @@ def stored(conn: psycopg.Connection, schema: str, fingerprint_: str) -> Calibrat
 
 
 def store(conn: psycopg.Connection, schema: str, fingerprint_: str, calibration: Calibration) -> None:
-    """Keep ``calibration`` as the schema's one calibration."""
+    """Keep ``calibration`` as the schema's one calibration (two launches storing at once: the later one's is kept;
+    they take turns on an advisory lock, as two ``CREATE TABLE IF NOT EXISTS`` at once would fail)."""
     from psycopg import sql
     from psycopg.types.json import Jsonb
 
     with conn.transaction():
+        conn.execute("SELECT pg_advisory_xact_lock(hashtext('retrieval_assets.support_calibration:' || %s))", (schema,))
         conn.execute(sql.SQL(_TABLE).format(table=_table(schema)))
         conn.execute(sql.SQL("INSERT INTO {} (fingerprint, calibration) VALUES (%s, %s) ON CONFLICT (one) DO UPDATE SET "
                              "fingerprint = EXCLUDED.fingerprint, calibration = EXCLUDED.calibration, created_at = now()")
