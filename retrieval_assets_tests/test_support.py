@@ -95,10 +95,27 @@ def test_a_calibration_that_cannot_separate_says_so_and_keeps_no_threshold_of_it
     off = calibration.off_corpus()
     default = SupportModel((1.0,) * len(support.FEATURES), -4.0)
     cal = calibration.calibrate_measured(same(40), same(len(off)), calibration.domain_folds(off), default, "the test's default")
-    assert cal.separates is False and cal.source == "default" and cal.model == default
+    assert cal.separates is False and cal.source == "default" and dataclasses.replace(cal.model, threshold=0.5) == default
     assert cal.note.startswith("cannot separate") and "the test's default" in cal.note
     meta = answers_defs.calibration_metadata(cal)
     assert "threshold" not in meta and meta["note"] == cal.note
+
+
+def test_the_threshold_lets_at_most_five_percent_of_the_off_corpus_questions_through():
+    """Where the model's own threshold would answer many off-corpus questions, the guard raises it; where it refuses
+    more than 95% already, the guard leaves it."""
+    rng = np.random.default_rng(5)
+    off = calibration.off_corpus()
+    m_off = calibration.Measured(rng.random((len(off), len(support.FEATURES))) * 0.6, rng.random(len(off)))
+    m_q = calibration.Measured(0.4 + rng.random((60, len(support.FEATURES))) * 0.6, rng.random(60))
+    lax = SupportModel((1.0,) * len(support.FEATURES), -2.0, threshold=0.3)  # answers nearly every off-corpus question
+    cal = calibration.calibrate_measured(m_q, m_off, calibration.domain_folds(off), lax, "a lax default")
+    assert cal.model.threshold > lax.threshold and cal.refusal_rate >= 0.9  # held out by domain: near the guard's 95%
+    supports = cal.model.probabilities(m_off.features(np.sort(m_off.top)))
+    assert (supports < cal.model.threshold).mean() >= calibration.OFF_CORPUS_REFUSAL - 0.01
+    strict = SupportModel((1.0,) * len(support.FEATURES), -2.0, threshold=0.999)
+    assert calibration.guarded(strict, supports).threshold == 0.999
+    assert calibration.guarded(strict, np.ones(10)).threshold < 1 and calibration.guarded(lax, np.array([])) == lax
 
 
 # --- a small corpus this module writes -----------------------------------------------------------------------------

@@ -52,14 +52,23 @@ def fit_on(data: list[dict], l2: float, threshold: float = 0.5, exclude_fold: in
     return support.fit(np.vstack([X for X, _ in parts]), np.concatenate([y for _, y in parts]), l2=l2, threshold=threshold)
 
 
-def held_out(train: list[dict], test: dict, l2: float) -> tuple[np.ndarray, np.ndarray]:
-    """Support of ``test``'s questions and off-corpus questions from models fitted on ``train`` (off-corpus by domain fold)."""
-    p_q = fit_on(train, l2).probabilities(test["q"].features(test["off"].top))
-    p_off = np.zeros(len(test["off"].top))
+def held_out(train: list[dict], test: dict, l2: float) -> tuple[np.ndarray, np.ndarray, float, np.ndarray]:
+    """Support of ``test``'s questions and off-corpus questions from models fitted on ``train`` (off-corpus by domain fold),
+    and the guard each one's threshold must reach (``calibration.guarded``: from the supports of the off-corpus questions
+    the model saw neither in its fit nor in the reference)."""
+    full = fit_on(train, l2)
+    p_q = full.probabilities(test["q"].features(test["off"].top))
+    g_q = guard(full.probabilities(test["off"].features(test["off"].top)))
+    p_off, g_off = np.zeros(len(test["off"].top)), np.zeros(len(test["off"].top))
     for f in range(calibration.FOLDS):
         at = test["folds"] == f
-        p_off[at] = fit_on(train, l2, exclude_fold=f).probabilities(test["off"].features(test["off"].top[~at])[at])
-    return p_q, p_off
+        supports = fit_on(train, l2, exclude_fold=f).probabilities(test["off"].features(test["off"].top[~at]))
+        p_off[at], g_off[at] = supports[at], guard(supports[~at])
+    return p_q, p_off, g_q, g_off
+
+
+def guard(p_off: np.ndarray) -> float:
+    return calibration.guarded(support.SupportModel((0.0,) * len(support.FEATURES), 0.0, 1e-9), p_off).threshold
 
 
 def choose(data: list[dict]) -> tuple[float, float]:
@@ -68,7 +77,7 @@ def choose(data: list[dict]) -> tuple[float, float]:
     for l2 in L2S:
         scores = [held_out([d for d in data if d is not t], t, l2) for t in data]
         for thr in THRESHOLDS:
-            value = np.mean([min((p_q >= thr).mean(), (p_off < thr).mean()) for p_q, p_off in scores])
+            value = np.mean([min((p_q >= max(thr, g_q)).mean(), (p_off < np.maximum(thr, g_off)).mean()) for p_q, p_off, g_q, g_off in scores])
             best = max(best, (value, l2, float(thr)))
     return best[1], best[2]
 
@@ -118,16 +127,16 @@ def choose_picking(train: list[dict]) -> answer.Picking:
     return max(PICKINGS, key=value)
 
 
-def outcome(d: dict, p_q, p_off, threshold: float, picking: answer.Picking) -> dict:
+def outcome(d: dict, p_q, p_off, t_q, t_off, picking: answer.Picking) -> dict:
     """Answered with a relevant source, answered at all, share of cited sources relevant, refused (off-corpus: all, English,
     other languages), seed floor."""
     extract = lambda q, found: answer.extractive_answer(q, [c for c, _ in found], scores=[s for _, s in found], floor=0.0,  # noqa: E731
                                                        stats=d["stats"], picking=picking)
     hits, precision = cited(d, picking)
-    supported = np.asarray(p_q) >= threshold
+    supported = np.asarray(p_q) >= t_q
     answered = [not extract(q.query, f).faithfulness.refused for q, f, ok in zip(d["queries"], d["found_q"], supported) if ok]
     off = calibration.off_corpus()
-    refused = np.array([p < threshold or extract(q.question, f).faithfulness.refused for q, f, p in zip(off, d["found_off"], p_off)])
+    refused = np.array([p < t or extract(q.question, f).faithfulness.refused for q, f, p, t in zip(off, d["found_off"], p_off, t_off)])
     english = np.array([q.lang == "en" for q in off])
     top = lambda found: max((s for _, s in found), default=0.0)  # noqa: E731
     return {"relevant": np.mean(np.asarray(hits) & supported), "answered": sum(answered) / len(hits), "precision": np.mean(precision),
@@ -154,11 +163,11 @@ def main(argv: list[str] | None = None) -> int:
         for test in data[key]:
             train = [d for d in data[key] if d is not test]
             l2, thr = choose(train)
-            p_q, p_off = held_out(train, test, l2)
-            o = outcome(test, p_q, p_off, thr, pickings[test["name"]])
+            p_q, p_off, g_q, g_off = held_out(train, test, l2)
+            o = outcome(test, p_q, p_off, max(thr, g_q), np.maximum(thr, g_off), pickings[test["name"]])
             lines.append(f"| {test['name']} | {key} | {test['chunks']} | {len(test['queries'])} | {o['relevant']:.0%} | {o['answered']:.0%} "
                          f"| {o['precision']:.0%} | {o['refused']:.1%} / {o['refused_en']:.1%} / {o['refused_other']:.1%} "
-                         f"| {' + '.join(d['name'] for d in train)} | {l2:g}, {thr:.2f} | {o['seed_answered']:.0%} / {o['seed_refused']:.1%} |")
+                         f"| {' + '.join(d['name'] for d in train)} | {l2:g}, {thr:.2f} (guard {g_q:.2f}) | {o['seed_answered']:.0%} / {o['seed_refused']:.1%} |")
             print(lines[-1], flush=True)
         l2, thr = choose(data[key])
         defaults[key] = fit_on(data[key], l2, thr).as_dict() | {"l2": l2}
