@@ -128,8 +128,8 @@ def choose_picking(train: list[dict]) -> answer.Picking:
 
 
 def outcome(d: dict, p_q, p_off, t_q, t_off, picking: answer.Picking) -> dict:
-    """Answered with a relevant source, answered at all, share of cited sources relevant, refused (off-corpus: all, English,
-    other languages), seed floor."""
+    """Relevant among the sources (the answerer's ceiling), answered with a relevant source, answered at all, share of
+    cited sources relevant, refused (off-corpus: all, English, other languages), seed floor."""
     extract = lambda q, found: answer.extractive_answer(q, [c for c, _ in found], scores=[s for _, s in found], floor=0.0,  # noqa: E731
                                                        stats=d["stats"], picking=picking)
     hits, precision = cited(d, picking)
@@ -139,7 +139,10 @@ def outcome(d: dict, p_q, p_off, t_q, t_off, picking: answer.Picking) -> dict:
     refused = np.array([p < t or extract(q.question, f).faithfulness.refused for q, f, p, t in zip(off, d["found_off"], p_off, t_off)])
     english = np.array([q.lang == "en" for q in off])
     top = lambda found: max((s for _, s in found), default=0.0)  # noqa: E731
-    return {"relevant": np.mean(np.asarray(hits) & supported), "answered": sum(answered) / len(hits), "precision": np.mean(precision),
+    first = np.array([next((i for i, (c, _) in enumerate(f) if c.chunk_id in golden.relevant([c for c, _ in f], q)), 99)
+                      for q, f in zip(d["queries"], d["found_q"])])  # the rank of the first relevant source (99: none)
+    return {"ceiling": [np.mean(first < k) for k in (1, 3, 5)], "relevant": np.mean(np.asarray(hits) & supported),
+            "answered": sum(answered) / len(hits), "precision": np.mean(precision),
             "refused": refused.mean(), "refused_en": refused[english].mean(), "refused_other": refused[~english].mean(),
             "seed_answered": np.mean([top(f) >= answer.SUPPORT_FLOOR for f in d["found_q"]]),
             "seed_refused": np.mean([top(f) < answer.SUPPORT_FLOOR for f in d["found_off"]])}
@@ -152,9 +155,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", default=str(common.RESULTS / "answer_support.md"))
     args = parser.parse_args(argv)
     corpora = {"fixture": common.CORPUS, **{name: package_corpora.build(name) for name in package_corpora.SOURCES}}
-    lines = ["| corpus | embedder | chunks | answerable | answered, relevant source cited | answered | cited sources relevant | off-corpus "
+    lines = ["| corpus | embedder | chunks | answerable | relevant among the sources (top 1 / 3 / 5) | answered, relevant source cited | answered | cited sources relevant | off-corpus "
              "refused (all / English / other languages) | fitted on | L2, threshold | seed floor: answered / refused |",
-             "|---|---|---|---|---|---|---|---|---|---|---|"]
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     defaults, pooled, keys = {}, [], args.embedders.split(",")
     with common.connect(args.dsn) as conn:
         data = {key: [load(conn, name, path, key) for name, path in corpora.items()] for key in keys}
@@ -165,7 +168,8 @@ def main(argv: list[str] | None = None) -> int:
             l2, thr = choose(train)
             p_q, p_off, g_q, g_off = held_out(train, test, l2)
             o = outcome(test, p_q, p_off, max(thr, g_q), np.maximum(thr, g_off), pickings[test["name"]])
-            lines.append(f"| {test['name']} | {key} | {test['chunks']} | {len(test['queries'])} | {o['relevant']:.0%} | {o['answered']:.0%} "
+            lines.append(f"| {test['name']} | {key} | {test['chunks']} | {len(test['queries'])} | {' / '.join(f'{c:.0%}' for c in o['ceiling'])} "
+                         f"| {o['relevant']:.0%} | {o['answered']:.0%} "
                          f"| {o['precision']:.0%} | {o['refused']:.1%} / {o['refused_en']:.1%} / {o['refused_other']:.1%} "
                          f"| {' + '.join(d['name'] for d in train)} | {l2:g}, {thr:.2f} (guard {g_q:.2f}) | {o['seed_answered']:.0%} / {o['seed_refused']:.1%} |")
             print(lines[-1], flush=True)
