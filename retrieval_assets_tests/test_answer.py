@@ -342,7 +342,7 @@ def test_extractive_answers_are_faithful_on_the_golden_set(indexed, golden):
         rel = golden_set.relevant(chunks, q)
         anchor_cited += any(citations[n - 1] in rel for n in result.faithfulness.cited)
     assert answered == 45
-    assert anchor_cited >= 30  # a baseline: measured 33 of 45 with content words only (32 before; 30 while wrapped sentences were cut)
+    assert anchor_cited >= 32  # a baseline: measured 34 of 45 with one sentence from each of three sources (answer.PICKING), 33 before
 
 
 def test_extractive_refuses_below_the_floor_and_without_matching_words():
@@ -367,11 +367,13 @@ def test_extractive_quotes_a_sentence_wrapped_over_lines_whole():
             "- A list item that wraps\n  onto a second line about the violet halo of small refractors.\n"
             "- Another item on mirrors and coma.\n\n"
             "> A quoted note: the violet halo of the sixteen-inch refractor\n> fades with a yellow filter.\n")
-    result = answer.extractive_answer("why does the sixteen-inch refractor show a violet halo", [chunk(1, text)])
-    assert result.text.splitlines() == [
-        "A quoted note: the violet halo of the sixteen-inch refractor fades with a yellow filter. [1]",
-        "The sixteen-inch refractor at the old observatory suffers from chromatic aberration, leaving a violet halo around bright stars. [1]"]
+    question = "why does the sixteen-inch refractor show a violet halo"
+    result = answer.extractive_answer(question, [chunk(1, text)])
+    assert result.text == "A quoted note: the violet halo of the sixteen-inch refractor fades with a yellow filter. [1]"
     assert result.faithfulness == Faithfulness((1,), 0, False)
+    paragraph = answer.extractive_answer(question, [chunk(1, text.split("\n\n")[0])])
+    assert paragraph.text == ("The sixteen-inch refractor at the old observatory suffers from chromatic aberration, leaving a violet halo "
+                              "around bright stars. [1]")
 
 
 # --- stage 09: live answers and their offline twin ------------------------------------------------------

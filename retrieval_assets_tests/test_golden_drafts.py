@@ -25,6 +25,7 @@ from retrieval_assets.defs.resources import CorpusResource, PostgresResource
 from retrieval_assets.index import chunker
 from retrieval_assets.index.embed import HashEmbedder
 from retrieval_assets.types import GoldenQuery
+from retrieval_assets.words import content_words
 from retrieval_assets_tests.conftest import CORPUS
 from retrieval_assets_tests.graph import assets, corpus_of
 from retrieval_assets_tests.test_answer import ScriptedQuery
@@ -115,8 +116,8 @@ def test_conceptual_queries_leave_out_the_sections_rare_words(tmp_path):
     assert thesaurus.available()
     for item in drafting.draft(documents, chunks, per_doc=3).items:
         if item.kind == "conceptual":
-            rare_in_anchor = {w for w in drafting.content_words(item.anchor) if vocabulary.rare(w)}
-            assert not rare_in_anchor & set(drafting.content_words(item.query)), item
+            rare_in_anchor = {w for w in content_words(item.anchor) if vocabulary.rare(w)}
+            assert not rare_in_anchor & set(content_words(item.query)), item
 
 
 def test_drafts_are_the_same_in_every_process(tmp_path):

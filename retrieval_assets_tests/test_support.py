@@ -4,12 +4,19 @@ answers on a small corpus this module writes, the support_calibration asset on t
 from __future__ import annotations
 
 import dataclasses
+import subprocess
+import sys
 import textwrap
+import threading
 
 import dagster as dg
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from psycopg import sql
 
+from retrieval_assets import pg
 from retrieval_assets.answers import answer, calibration, reliability, respond, support
 from retrieval_assets.answers.citations import REFUSAL
 from retrieval_assets.answers.support import Evidence, SupportModel
@@ -20,7 +27,7 @@ from retrieval_assets.defs.resources import CorpusResource
 from retrieval_assets.index import chunker, store
 from retrieval_assets.index.embed import HashEmbedder
 from retrieval_assets.search import pipeline
-from retrieval_assets.types import Chunk, Hit
+from retrieval_assets.types import Chunk, Faithfulness, Hit
 from retrieval_assets_tests.test_answer import ScriptedQuery, resource  # noqa: F401 (a fixture)
 
 # --- evidence and model on invented examples -------------------------------------------------------------------------
@@ -88,10 +95,27 @@ def test_a_calibration_that_cannot_separate_says_so_and_keeps_no_threshold_of_it
     off = calibration.off_corpus()
     default = SupportModel((1.0,) * len(support.FEATURES), -4.0)
     cal = calibration.calibrate_measured(same(40), same(len(off)), calibration.domain_folds(off), default, "the test's default")
-    assert cal.separates is False and cal.source == "default" and cal.model == default
+    assert cal.separates is False and cal.source == "default" and dataclasses.replace(cal.model, threshold=0.5) == default
     assert cal.note.startswith("cannot separate") and "the test's default" in cal.note
     meta = answers_defs.calibration_metadata(cal)
     assert "threshold" not in meta and meta["note"] == cal.note
+
+
+def test_the_threshold_lets_at_most_five_percent_of_the_off_corpus_questions_through():
+    """Where the model's own threshold would answer many off-corpus questions, the guard raises it; where it refuses
+    more than 95% already, the guard leaves it."""
+    rng = np.random.default_rng(5)
+    off = calibration.off_corpus()
+    m_off = calibration.Measured(rng.random((len(off), len(support.FEATURES))) * 0.6, rng.random(len(off)))
+    m_q = calibration.Measured(0.4 + rng.random((60, len(support.FEATURES))) * 0.6, rng.random(60))
+    lax = SupportModel((1.0,) * len(support.FEATURES), -2.0, threshold=0.3)  # answers nearly every off-corpus question
+    cal = calibration.calibrate_measured(m_q, m_off, calibration.domain_folds(off), lax, "a lax default")
+    assert cal.model.threshold > lax.threshold and cal.refusal_rate >= 0.9  # held out by domain: near the guard's 95%
+    supports = cal.model.probabilities(m_off.features(np.sort(m_off.top)))
+    assert (supports < cal.model.threshold).mean() >= calibration.OFF_CORPUS_REFUSAL - 0.01
+    strict = SupportModel((1.0,) * len(support.FEATURES), -2.0, threshold=0.999)
+    assert calibration.guarded(strict, supports).threshold == 0.999
+    assert calibration.guarded(strict, np.ones(10)).threshold < 1 and calibration.guarded(lax, np.array([])) == lax
 
 
 # --- a small corpus this module writes -----------------------------------------------------------------------------
@@ -180,6 +204,108 @@ def test_any_question_gets_an_answer_or_the_refusal(conn, small, question):
     r = respond.respond(conn, retriever, question, answer.SOURCES, cal)
     assert 0.0 <= r.support <= 1.0
     assert r.result.faithfulness.refused or (r.result.faithfulness.cited and r.result.faithfulness.uncited_claims == 0)
+
+
+# --- two launches at once ---------------------------------------------------------------------------------------------
+
+def _drop_calibration(conn, schema: str) -> None:
+    conn.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(sql.Identifier(schema, "support_calibration")))
+    conn.commit()
+
+
+def test_calibrations_stored_at_once_all_succeed(pg_dsn, conn, small):
+    """Six connections store at the same moment into a schema without the table yet (each round failed with a
+    UniqueViolation on pg_type before store took its advisory lock)."""
+    schema = small[1].schema
+    cal = calibration.Calibration(SupportModel((1.0,) * len(support.FEATURES), -3.0), (0.1, 0.2), "default", "test", 0, 2, None, 1.0, None)
+    for _ in range(3):
+        _drop_calibration(conn, schema)
+        barrier, errors = threading.Barrier(6), []
+
+        def launch(i: int) -> None:
+            with pg.connect(pg_dsn) as other:
+                barrier.wait()
+                try:
+                    calibration.store(other, schema, f"launch-{i}", dataclasses.replace(cal, note=f"launch {i}"))
+                except Exception as exc:  # noqa: BLE001 (collected, asserted below)
+                    errors.append(exc)
+
+        threads = [threading.Thread(target=launch, args=(i,)) for i in range(6)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(60)
+        assert errors == []
+        kept = [i for i in range(6) if calibration.stored(conn, schema, f"launch-{i}") is not None]
+        assert len(kept) == 1 and calibration.stored(conn, schema, f"launch-{kept[0]}").note == f"launch {kept[0]}"
+
+
+LAUNCH = """
+import sys
+from retrieval_assets import pg
+from retrieval_assets.answers import answer, calibration, reliability
+from retrieval_assets.index.embed import HashEmbedder
+from retrieval_assets.search import pipeline
+dsn, schema, png = sys.argv[1:]
+with pg.connect(dsn) as conn:
+    retriever = pipeline.retriever(conn, schema, HashEmbedder(), answer.SOURCES)
+    cal, made = calibration.for_index(conn, retriever, [], answer.SOURCES, "hash", refresh=True)
+    reliability.plot(cal, png)
+print(made, cal.refusal_rate)
+"""
+
+
+def test_two_processes_calibrate_one_corpus_at_once(pg_dsn, conn, small, tmp_path):
+    """Two real processes calibrate the same corpus and write the same plot at once, as two launches of
+    ``<corpus>/support_calibration`` would: both succeed, one calibration is stored, the plot is whole."""
+    schema, png = small[1].schema, tmp_path / "support_calibration.png"
+    _drop_calibration(conn, schema)
+    runs = [subprocess.Popen([sys.executable, "-c", LAUNCH, pg_dsn, schema, str(png)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                             text=True) for _ in range(2)]
+    outputs = [run.communicate(timeout=300) for run in runs]
+    assert [run.returncode for run in runs] == [0, 0], outputs
+    assert {out.split()[0] for out, _ in outputs} == {"True"}
+    cal, made = calibration.for_index(conn, small[1], [], answer.SOURCES, "hash")
+    assert not made and f"{cal.refusal_rate}" in outputs[0][0]  # stored, and the same calibration both made
+    assert png.read_bytes().startswith(b"\x89PNG") and list(tmp_path.iterdir()) == [png]  # whole, no temporary file left
+
+
+# --- the extractive answerer's picking ----------------------------------------------------------------------------------
+
+PUSH = [chunk(1, "Pushes and pulls are described in general terms in this chapter of the manual."),
+        chunk(2, "### What to do when a push fails\n\nIf a push would not fast-forward the remote branch, it is rejected with "
+                 "an error like:\n\n```\n ! [rejected]  master -> master\n```\n\nThe errors listed next are followed by:"),
+        chunk(3, "The keeper trims the wick of the lantern at dusk.")]
+
+
+def test_extractive_quotes_one_sentence_of_each_source_with_the_strongest_claim():
+    result = answer.extractive_answer("Why would a push be rejected?", PUSH, scores=[1.0, 9.0, 0.5], floor=0.0, stats=STATS)
+    lines = result.text.splitlines()
+    # the lead-in of a listing is a sentence; its source carries the question's words and the best score, so it comes first;
+    # a colon that introduces nothing ("followed by:" at the end) is no sentence's end; a source without the words is left out
+    assert lines == ["If a push would not fast-forward the remote branch, it is rejected with an error like: [2]",
+                     "Pushes and pulls are described in general terms in this chapter of the manual. [1]"]
+    assert result.faithfulness == Faithfulness((1, 2), 0, False)
+    one = answer.extractive_answer("Why would a push be rejected?", PUSH, floor=0.0, picking=answer.Picking((1.0, 0.0, 0.0), 1, 0.0))
+    assert one.text.endswith("[1]") and len(one.text.splitlines()) == 1  # rank alone, one source: the first source's sentence
+    assert answer.extractive_answer("zeppelin quagga", PUSH, floor=0.0).faithfulness.refused  # no sentence shares a content word
+
+
+@settings(max_examples=150, deadline=None)
+@given(question=st.text(max_size=300), texts=st.lists(st.text(max_size=400), max_size=4), weights=st.tuples(*[st.floats(0, 5)] * 3),
+       n=st.integers(0, 6), keep=st.floats(0, 1))
+def test_extractive_answers_any_text_in_sentences_or_refuses(question, texts, weights, n, keep):
+    chunks = [chunk(i, t) for i, t in enumerate(texts, 1)]
+    result = answer.extractive_answer(question, chunks, scores=[float(i) for i in range(len(chunks))], floor=0.0,
+                                      picking=answer.Picking(weights, n, keep))
+    assert result.faithfulness.refused or (result.faithfulness.uncited_claims == 0 and len(result.text.splitlines()) <= n)
+
+
+def test_extractive_on_empty_and_huge_questions():
+    assert answer.extractive_answer("", PUSH, floor=0.0).faithfulness.refused
+    assert answer.extractive_answer("", [], floor=0.0).faithfulness.refused
+    huge = answer.extractive_answer("push rejected " * 20_000 + "ფარი 中文", PUSH, floor=0.0, stats=STATS)
+    assert huge.faithfulness.cited and huge.faithfulness.uncited_claims == 0
 
 
 # --- the calibration asset on the fixture (in test_answer's schemas: its ``resource`` fixture) -----------------------------

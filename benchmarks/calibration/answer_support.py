@@ -10,14 +10,17 @@ only (support.fit), its L2 strength and threshold chosen by leave-one-corpus-out
 maximises the lower of the answer and refusal rates); off-corpus questions are held out by domain as well
 (a fold's domains are neither in the fit nor in the cosine reference). A question counts as answered with a
 relevant source when its support clears the threshold and the extractive answer cites a chunk of its doc_id
-holding its anchor; an off-corpus question counts as refused when the final answer is the refusal. The seed's
-BM25 floor (answer.SUPPORT_FLOOR) is shown beside it. --write-default fits each embedder's model on all
+holding its anchor ("cited sources relevant": the share of an answer's cited sources that hold it); an off-corpus
+question counts as refused when the final answer is the refusal. The extractive answerer's picking (answer.Picking)
+is chosen per held-out corpus on the other two corpora's answerable questions, both embedders (choose_picking: the
+most with a relevant source cited). The seed's BM25 floor (answer.SUPPORT_FLOOR) is shown beside it. --write-default fits each embedder's model on all
 corpora (and one pooled over embedders) with the parameters chosen over them, into
 retrieval_assets/answers/support_defaults.json.
 """
 
 from __future__ import annotations
 
+import itertools
 import json
 from pathlib import Path
 
@@ -49,14 +52,23 @@ def fit_on(data: list[dict], l2: float, threshold: float = 0.5, exclude_fold: in
     return support.fit(np.vstack([X for X, _ in parts]), np.concatenate([y for _, y in parts]), l2=l2, threshold=threshold)
 
 
-def held_out(train: list[dict], test: dict, l2: float) -> tuple[np.ndarray, np.ndarray]:
-    """Support of ``test``'s questions and off-corpus questions from models fitted on ``train`` (off-corpus by domain fold)."""
-    p_q = fit_on(train, l2).probabilities(test["q"].features(test["off"].top))
-    p_off = np.zeros(len(test["off"].top))
+def held_out(train: list[dict], test: dict, l2: float) -> tuple[np.ndarray, np.ndarray, float, np.ndarray]:
+    """Support of ``test``'s questions and off-corpus questions from models fitted on ``train`` (off-corpus by domain fold),
+    and the guard each one's threshold must reach (``calibration.guarded``: from the supports of the off-corpus questions
+    the model saw neither in its fit nor in the reference)."""
+    full = fit_on(train, l2)
+    p_q = full.probabilities(test["q"].features(test["off"].top))
+    g_q = guard(full.probabilities(test["off"].features(test["off"].top)))
+    p_off, g_off = np.zeros(len(test["off"].top)), np.zeros(len(test["off"].top))
     for f in range(calibration.FOLDS):
         at = test["folds"] == f
-        p_off[at] = fit_on(train, l2, exclude_fold=f).probabilities(test["off"].features(test["off"].top[~at])[at])
-    return p_q, p_off
+        supports = fit_on(train, l2, exclude_fold=f).probabilities(test["off"].features(test["off"].top[~at]))
+        p_off[at], g_off[at] = supports[at], guard(supports[~at])
+    return p_q, p_off, g_q, g_off
+
+
+def guard(p_off: np.ndarray) -> float:
+    return calibration.guarded(support.SupportModel((0.0,) * len(support.FEATURES), 0.0, 1e-9), p_off).threshold
 
 
 def choose(data: list[dict]) -> tuple[float, float]:
@@ -65,7 +77,7 @@ def choose(data: list[dict]) -> tuple[float, float]:
     for l2 in L2S:
         scores = [held_out([d for d in data if d is not t], t, l2) for t in data]
         for thr in THRESHOLDS:
-            value = np.mean([min((p_q >= thr).mean(), (p_off < thr).mean()) for p_q, p_off in scores])
+            value = np.mean([min((p_q >= max(thr, g_q)).mean(), (p_off < np.maximum(thr, g_off)).mean()) for p_q, p_off, g_q, g_off in scores])
             best = max(best, (value, l2, float(thr)))
     return best[1], best[2]
 
@@ -79,36 +91,61 @@ def load(conn, name: str, path: Path, key: str) -> dict:
     retriever = pipeline.retriever(conn, schema, embedder, answer.SOURCES)
     queries = golden.load_golden(path / "golden.yaml", documents)
     off = calibration.off_corpus()
-    return {"name": name, "chunks": len(chunks), "retriever": retriever, "queries": queries, "folds": calibration.domain_folds(off),
+    return {"name": name, "key": key, "chunks": len(chunks), "queries": queries, "folds": calibration.domain_folds(off),
+            "stats": support.stem_stats(pipeline.corpus_stats(conn, schema)),
             "q": calibration.measure(conn, retriever, [q.query for q in queries], answer.SOURCES),
-            "off": calibration.measure(conn, retriever, [q.question for q in off], answer.SOURCES)}
+            "off": calibration.measure(conn, retriever, [q.question for q in off], answer.SOURCES),
+            "found_q": [answer.sources(conn, retriever, q.query) for q in queries],
+            "found_off": [answer.sources(conn, retriever, q.question) for q in off]}
 
 
-def outcome(conn, d: dict, p_q, p_off, threshold: float) -> dict:
-    """Answered with a relevant source, answered at all, refused (off-corpus: all, English, other languages), seed floor."""
-    relevant = answered = 0
-    seed_answered = []
-    for q, p in zip(d["queries"], p_q):
-        found = answer.sources(conn, d["retriever"], q.query)
+PICKINGS = [answer.Picking(w, n, keep) for w in itertools.product((0.0, 1.0, 2.0), repeat=3) if any(w) for n in (1, 2, 3) for keep in (0.0, 0.25, 0.5)]
+
+
+def cited(d: dict, picking: answer.Picking, tables: list | None = None) -> tuple[list[bool], list[float]]:
+    """Per answerable question of ``d``: whether the extractive answer cites a relevant source; and per answer citing
+    any, the share of its cited sources that are relevant."""
+    hits, precision = [], []
+    for q, found, table in zip(d["queries"], d["found_q"], tables or [None] * len(d["queries"])):
         chunks = [c for c, _ in found]
-        seed_answered.append(max((s for _, s in found), default=0.0) >= answer.SUPPORT_FLOOR)
-        if p < threshold:
-            continue
-        result = answer.extractive_answer(q.query, chunks, scores=[s for _, s in found], floor=0.0)
-        answered += not result.faithfulness.refused
-        relevant += bool(golden.relevant(chunks, q) & {chunks[n - 1].chunk_id for n in result.faithfulness.cited})
+        table = table or answer.sentence_table(q.query, chunks, [s for _, s in found], d["stats"])
+        ids = [chunks[table.candidates[i][1] - 1].chunk_id for i in answer.pick(table, picking)]
+        relevant = golden.relevant(chunks, q)
+        hits.append(bool(relevant & set(ids)))
+        precision += [np.mean([c in relevant for c in ids])] if ids else []
+    return hits, precision
+
+
+def choose_picking(train: list[dict]) -> answer.Picking:
+    """The ``PICKINGS`` setting that cites a relevant source for the most of ``train``'s answerable questions (mean over
+    corpora and embedders; ties: the higher share of cited sources relevant, then the first)."""
+    tables = [[answer.sentence_table(q.query, [c for c, _ in f], [s for _, s in f], d["stats"]) for q, f in zip(d["queries"], d["found_q"])]
+              for d in train]
+    def value(p):
+        results = [cited(d, p, t) for d, t in zip(train, tables)]
+        return np.mean([np.mean(h) for h, _ in results]), np.mean([np.mean(pr) if pr else 0.0 for _, pr in results])
+    return max(PICKINGS, key=value)
+
+
+def outcome(d: dict, p_q, p_off, t_q, t_off, picking: answer.Picking) -> dict:
+    """Relevant among the sources (the answerer's ceiling), answered with a relevant source, answered at all, share of
+    cited sources relevant, refused (off-corpus: all, English, other languages), seed floor."""
+    extract = lambda q, found: answer.extractive_answer(q, [c for c, _ in found], scores=[s for _, s in found], floor=0.0,  # noqa: E731
+                                                       stats=d["stats"], picking=picking)
+    hits, precision = cited(d, picking)
+    supported = np.asarray(p_q) >= t_q
+    answered = [not extract(q.query, f).faithfulness.refused for q, f, ok in zip(d["queries"], d["found_q"], supported) if ok]
     off = calibration.off_corpus()
-    refused = np.ones(len(off), dtype=bool)
-    seed_refused = []
-    for i, (q, p) in enumerate(zip(off, p_off)):
-        found = answer.sources(conn, d["retriever"], q.question)
-        seed_refused.append(max((s for _, s in found), default=0.0) < answer.SUPPORT_FLOOR)
-        if p >= threshold:
-            refused[i] = answer.extractive_answer(q.question, [c for c, _ in found], scores=[s for _, s in found], floor=0.0).faithfulness.refused
+    refused = np.array([p < t or extract(q.question, f).faithfulness.refused for q, f, p, t in zip(off, d["found_off"], p_off, t_off)])
     english = np.array([q.lang == "en" for q in off])
-    n = len(d["queries"])
-    return {"relevant": relevant / n, "answered": answered / n, "refused": refused.mean(), "refused_en": refused[english].mean(),
-            "refused_other": refused[~english].mean(), "seed_answered": np.mean(seed_answered), "seed_refused": np.mean(seed_refused)}
+    top = lambda found: max((s for _, s in found), default=0.0)  # noqa: E731
+    first = np.array([next((i for i, (c, _) in enumerate(f) if c.chunk_id in golden.relevant([c for c, _ in f], q)), 99)
+                      for q, f in zip(d["queries"], d["found_q"])])  # the rank of the first relevant source (99: none)
+    return {"ceiling": [np.mean(first < k) for k in (1, 3, 5)], "relevant": np.mean(np.asarray(hits) & supported),
+            "answered": sum(answered) / len(hits), "precision": np.mean(precision),
+            "refused": refused.mean(), "refused_en": refused[english].mean(), "refused_other": refused[~english].mean(),
+            "seed_answered": np.mean([top(f) >= answer.SUPPORT_FLOOR for f in d["found_q"]]),
+            "seed_refused": np.mean([top(f) < answer.SUPPORT_FLOOR for f in d["found_off"]])}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -118,30 +155,35 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", default=str(common.RESULTS / "answer_support.md"))
     args = parser.parse_args(argv)
     corpora = {"fixture": common.CORPUS, **{name: package_corpora.build(name) for name in package_corpora.SOURCES}}
-    lines = ["| corpus | embedder | chunks | answerable | answered, relevant source cited | answered | off-corpus refused "
-             "(all / English / other languages) | fitted on | L2, threshold | seed floor: answered / refused |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
-    defaults, pooled = {}, []
+    lines = ["| corpus | embedder | chunks | answerable | relevant among the sources (top 1 / 3 / 5) | answered, relevant source cited | answered | cited sources relevant | off-corpus "
+             "refused (all / English / other languages) | fitted on | L2, threshold | seed floor: answered / refused |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    defaults, pooled, keys = {}, [], args.embedders.split(",")
     with common.connect(args.dsn) as conn:
-        for key in args.embedders.split(","):
-            data = [load(conn, name, path, key) for name, path in corpora.items()]
-            for test in data:
-                train = [d for d in data if d is not test]
-                l2, thr = choose(train)
-                p_q, p_off = held_out(train, test, l2)
-                o = outcome(conn, test, p_q, p_off, thr)
-                lines.append(f"| {test['name']} | {key} | {test['chunks']} | {len(test['queries'])} | {o['relevant']:.0%} | {o['answered']:.0%} "
-                             f"| {o['refused']:.1%} / {o['refused_en']:.1%} / {o['refused_other']:.1%} | {' + '.join(d['name'] for d in train)} "
-                             f"| {l2:g}, {thr:.2f} | {o['seed_answered']:.0%} / {o['seed_refused']:.1%} |")
-                print(lines[-1], flush=True)
-            l2, thr = choose(data)
-            defaults[key] = fit_on(data, l2, thr).as_dict() | {"l2": l2}
-            pooled += data
+        data = {key: [load(conn, name, path, key) for name, path in corpora.items()] for key in keys}
+    pickings = {name: choose_picking([d for key in keys for d in data[key] if d["name"] != name]) for name in corpora}
+    for key in keys:
+        for test in data[key]:
+            train = [d for d in data[key] if d is not test]
+            l2, thr = choose(train)
+            p_q, p_off, g_q, g_off = held_out(train, test, l2)
+            o = outcome(test, p_q, p_off, max(thr, g_q), np.maximum(thr, g_off), pickings[test["name"]])
+            lines.append(f"| {test['name']} | {key} | {test['chunks']} | {len(test['queries'])} | {' / '.join(f'{c:.0%}' for c in o['ceiling'])} "
+                         f"| {o['relevant']:.0%} | {o['answered']:.0%} "
+                         f"| {o['precision']:.0%} | {o['refused']:.1%} / {o['refused_en']:.1%} / {o['refused_other']:.1%} "
+                         f"| {' + '.join(d['name'] for d in train)} | {l2:g}, {thr:.2f} (guard {g_q:.2f}) | {o['seed_answered']:.0%} / {o['seed_refused']:.1%} |")
+            print(lines[-1], flush=True)
+        l2, thr = choose(data[key])
+        defaults[key] = fit_on(data[key], l2, thr).as_dict() | {"l2": l2}
+        pooled += data[key]
+    chosen = "\n".join(f"- held out {name}: {p}{' (the shipped answer.PICKING)' if p == answer.PICKING else ''}" for name, p in pickings.items())
     off = calibration.off_corpus()
     text = (f"# Answers and refusals, held out by corpus\n\nMeasured {common.host()['date']} on {common.host_line()}; code {common.code_version()}; "
             f"{common.load_average()} at the end (quality figures, not speed). Reproduce: `uv run python -m benchmarks answer_support`.\n\n"
             f"Off-corpus questions: {len(off)} ({sum(q.lang == 'en' for q in off)} English, {len({q.lang for q in off})} languages). Each row "
-            "is held out: the model is fitted on the other two corpora, off-corpus questions by domain fold.\n\n" + "\n".join(lines) + "\n")
+            "is held out: the model is fitted on the other two corpora, off-corpus questions by domain fold, and the extractive answerer's "
+            "picking (answer.Picking) is chosen on the other two corpora's answerable questions (both embedders):\n\n" + chosen + "\n\n"
+            + "\n".join(lines) + "\n")
     common.write_report(text, args.out)
     if args.write_default:
         l2, thr = choose(pooled) if len(args.embedders.split(",")) > 1 else (defaults[key]["l2"], defaults[key]["threshold"])

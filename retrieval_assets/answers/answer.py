@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import numpy as np
 import psycopg
@@ -91,17 +92,23 @@ _ITEM = re.compile(r"^\s*(?:[-*+]|\d+[.)])\s+")
 _QUOTE = re.compile(r"^\s*>\s?")
 
 
-def _prose_blocks(text: str) -> list[str]:
-    """Paragraphs and list items of a chunk, their wrapped lines joined by a space; code fences,
+def _prose_blocks(text: str) -> list[tuple[str, bool]]:
+    """Paragraphs and list items of a chunk, their wrapped lines joined by a space, each with whether it introduces
+    a listing (the next line that is not blank opens a code fence, a list item or a table row); code fences,
     headings and table rows left out (each ends the block before it, as a blank line does)."""
-    blocks: list[str] = []
+    blocks: list[list] = []  # [text, introduces a listing]
     lines: list[str] = []
     fence = None
+    last: list | None = None  # the block ended last, while only blank lines followed it
 
-    def end_block() -> None:
+    def end_block(listing: bool = False) -> None:
+        nonlocal last
         if lines:
-            blocks.append(" ".join(lines))
+            blocks.append([" ".join(lines), False])
             lines.clear()
+            last = blocks[-1]
+        if listing and last is not None:
+            last[1] = True
 
     for line in text.splitlines():
         opening = _FENCE.match(line)
@@ -110,42 +117,56 @@ def _prose_blocks(text: str) -> list[str]:
                 fence = None
             continue
         if opening:
-            end_block()
-            fence = opening.group(1)
+            end_block(listing=True)
+            fence, last = opening.group(1), None
             continue
         line = _QUOTE.sub("", line)
-        if not line.strip() or _HEADING.match(line) or line.lstrip().startswith("|"):
+        if not line.strip():
             end_block()
             continue
+        if _HEADING.match(line) or line.lstrip().startswith("|"):
+            end_block(listing=not _HEADING.match(line))
+            last = None
+            continue
         if _ITEM.match(line):
-            end_block()
+            end_block(listing=True)
             line = _ITEM.sub("", line)
         lines.append(line.strip())
+        last = None
     end_block()
-    return blocks
+    return [(block, introduces) for block, introduces in blocks]
 
 
 _LINK = re.compile(r"!?\[[^\]]*\]\([^)]*\)|<[a-z]+://[^>]*>|[a-z]+://\S+|`[^`]*`")
-_ENDS = re.compile(r"[.!?][\"'”’»)\]*]*$")
+_CLOSE = r"[\"'”’»)\]*]*$"
+_ENDS, _LEAD_IN = re.compile(r"[.!?]" + _CLOSE), re.compile(r":" + _CLOSE)
 
 
-def _is_sentence(sentence: str) -> bool:
-    """A sentence of prose: ends as one (. ! ?), five words or more, four of them words of text outside links,
-    URLs and code spans (a link list or a bare heading is none)."""
+def _is_sentence(sentence: str, lead_in: bool = False) -> bool:
+    """A sentence of prose: ends as one (. ! ?; a ``lead_in``, the last sentence of a block that introduces a listing,
+    may end with a colon: "... it fails with an error like:"), five words or more, four of them words of text outside
+    links, URLs and code spans (a link list or a bare heading is none)."""
     words = [w for w in _LINK.sub(" ", sentence).split() if any(ch.isalpha() for ch in w)]
-    return bool(_ENDS.search(sentence)) and len(sentence.split()) >= 5 and len(words) >= 4
+    ends = _ENDS.search(sentence) or (lead_in and _LEAD_IN.search(sentence))
+    return bool(ends) and len(sentence.split()) >= 5 and len(words) >= 4
 
 
 def _candidate_sentences(text: str) -> list[str]:
     """Prose sentences of a chunk (a sentence wrapped over lines is one): no code fences, headings,
     table rows, link lists or marker-like text."""
-    return [sentence for block in _prose_blocks(text) for sentence in line_sentences(block)
-            if _is_sentence(sentence) and not MARKER.search(sentence) and not is_refusal(sentence)]
+    found = []
+    for block, introduces in _prose_blocks(text):
+        sentences = line_sentences(block)
+        found += [s for i, s in enumerate(sentences) if _is_sentence(s, introduces and i == len(sentences) - 1)
+                  and not MARKER.search(s) and not is_refusal(s)]
+    return found
 
 
 def _sentence_scores(query: str, sentences: Sequence[str]) -> np.ndarray:
     """BM25 (k1 1.2, b 0.75, idf over the sentences) of the question's content words (``support.content_terms``:
     stemmed, no function words) in each sentence; all 0 when no sentence holds one."""
+    if not sentences:
+        return np.zeros(0)
     terms = support.content_terms(query)
     counts = [support.stems(s) for s in sentences]
     lengths = np.array([sum(c.values()) for c in counts], dtype=float)
@@ -159,48 +180,91 @@ def _sentence_scores(query: str, sentences: Sequence[str]) -> np.ndarray:
     return scores
 
 
-def extractive_answer(
-    query: str,
-    chunks: Sequence[Chunk],
-    *,
-    scores: Sequence[float] | None = None,
-    min_support: int = 1,
-    floor: float = SUPPORT_FLOOR,
-    max_sentences: int = 3,
-) -> Answer:
-    """An answer made of the sources' own sentences that best match the question, each cited.
+@dataclass(frozen=True)
+class Picking:
+    """How the extractive answerer picks its sentences. A source's claim to answer is ``weights`` . (1 / its rank,
+    its share of the question's content-word idf mass in its text and heading, its score over the best source's);
+    the ``sources`` sources with the highest claim among those whose best sentence scores at least ``keep`` times
+    the best sentence of all each give that best sentence."""
+
+    weights: tuple[float, float, float] = (1.0, 1.0, 1.0)
+    sources: int = 3
+    keep: float = 0.25
+
+
+# Chosen on the fixture, restic's and Git's manuals with hash and MiniLM sources, the most answerable questions with a
+# relevant source cited (benchmarks/calibration/answer_support.py; its report gives each corpus's held-out choice).
+PICKING = Picking((1.0, 2.0, 1.0), sources=3, keep=0.0)
+
+
+@dataclass(frozen=True)
+class SentenceTable:
+    """The candidate sentences of a question's sources: (sentence, source number), each one's BM25 (``_sentence_scores``)
+    and each source's claim features (rows: sources; columns: 1/rank, idf coverage, score over the best score)."""
+
+    candidates: list[tuple[str, int]]
+    bm25: np.ndarray
+    claims: np.ndarray
+
+
+def sentence_table(query: str, chunks: Sequence[Chunk], scores: Sequence[float] | None = None,
+                   stats: support.StemStats | None = None) -> SentenceTable:
+    """The table ``pick`` reads; idf from the corpus's ``stats``, else over the sources themselves."""
+    citations = tuple(c.chunk_id for c in chunks)
+    candidates: list[tuple[str, int]] = []
+    seen: set[str] = set()
+    for n, c in enumerate(chunks, 1):
+        for sentence in _candidate_sentences(c.text):
+            key = " ".join(sentence.split()).casefold()
+            if key in seen or check(f"{sentence} [{n}]", citations) != Faithfulness((n,), 0, False):
+                continue  # overlap repeats a sentence; or it would not check as one cited sentence
+            seen.add(key)
+            candidates.append((sentence, n))
+    counts = [support.stems(f"{c.text} {c.heading_path}") for c in chunks]
+    terms = support.content_terms(query)
+    if stats is None:
+        stats = support.StemStats(len(chunks), {t: sum(bool(tf[t]) for tf in counts) for t in terms}, 1.0)
+    idf = {t: stats.idf(t) for t in terms}
+    mass = sum(idf.values()) or 1.0
+    best = max(scores, default=0.0) if scores is not None else 0.0
+    claims = np.array([[1 / n, sum(v for t, v in idf.items() if tf[t]) / mass, max(scores[n - 1], 0.0) / best if best > 0 else 0.0]
+                       for n, tf in enumerate(counts, 1)], dtype=float).reshape(-1, 3)
+    return SentenceTable(candidates, _sentence_scores(query, [s for s, _ in candidates]), claims)
+
+
+def pick(table: SentenceTable, picking: Picking = PICKING) -> list[int]:
+    """Indices of the candidates the answer quotes, in answer order (see ``Picking``); none when no sentence shares a
+    content word with the question."""
+    best: dict[int, int] = {}  # source number -> its best candidate
+    for i, (_, n) in enumerate(table.candidates):
+        if table.bm25[i] > 0 and (n not in best or table.bm25[i] > table.bm25[best[n]]):
+            best[n] = i
+    if not best:
+        return []
+    top = max(table.bm25[i] for i in best.values())
+    claim = table.claims @ np.asarray(picking.weights, dtype=float)
+    kept = sorted((n for n, i in best.items() if table.bm25[i] >= picking.keep * top), key=lambda n: (-claim[n - 1], n))
+    return [best[n] for n in kept[: picking.sources]]
+
+
+def extractive_answer(query: str, chunks: Sequence[Chunk], *, scores: Sequence[float] | None = None, min_support: int = 1,
+                      floor: float = SUPPORT_FLOOR, stats: support.StemStats | None = None, picking: Picking = PICKING) -> Answer:
+    """An answer made of the sources' own sentences, each cited: the best sentence of each of the sources with the
+    strongest claim to answer (``pick``).
 
     Refuses as ``assemble`` does (below the floor) and when no sentence shares a content word with
     the question. Candidates are the prose sentences of the sources (``_is_sentence``: no code,
-    headings, tables, link lists, or text holding ``[n]``), ranked by the BM25 of the question's
-    content words over all candidates, times their source's score over the best source score when
-    scores are given; the best ``max_sentences`` scoring at least half of the best are kept,
-    verbatim, one per line with ``[n]``.
+    headings, tables, link lists, or text holding ``[n]``), scored by the BM25 of the question's
+    content words over all candidates; kept verbatim, one per line with ``[n]``.
     Deterministic, no model; cost 0.
     """
     citations = tuple(c.chunk_id for c in chunks)
     refusal = Answer(REFUSAL, check(REFUSAL, citations), 0.0)
     if not supported(chunks, scores, min_support=min_support, floor=floor):
         return refusal
-    candidates: list[tuple[str, int]] = []
-    seen: set[str] = set()
-    for n, c in enumerate(chunks, 1):
-        for sentence in _candidate_sentences(c.text):
-            key = " ".join(sentence.split()).casefold()
-            line = f"{sentence} [{n}]"
-            if key in seen or check(line, citations) != Faithfulness((n,), 0, False):
-                continue  # overlap repeats a sentence; or it would not check as one cited sentence
-            seen.add(key)
-            candidates.append((sentence, n))
-    if not candidates:
+    table = sentence_table(query, chunks, scores, stats)
+    picked = pick(table, picking)
+    if not picked:
         return refusal
-    bm25 = _sentence_scores(query, [s for s, _ in candidates])
-    if scores is not None and max(scores) > 0:  # weigh each sentence by its source's support
-        bm25 = bm25 * np.array([max(scores[n - 1], 0.0) / max(scores) for _, n in candidates])
-    order = sorted(range(len(candidates)), key=lambda i: -bm25[i])  # stable: source order breaks ties
-    best = bm25[order[0]]
-    if best <= 0:
-        return refusal
-    picked = [i for i in order[:max_sentences] if bm25[i] >= best / 2]
-    text = "\n".join(f"{candidates[i][0]} [{candidates[i][1]}]" for i in picked)
+    text = "\n".join(f"{table.candidates[i][0]} [{table.candidates[i][1]}]" for i in picked)
     return Answer(text, check(text, citations), 0.0)

@@ -9,7 +9,8 @@ corpus's ``reference``) and the corpus's answerable ``questions``. With question
 pulled towards the default and reports held-out reliability from ``FOLDS`` folds (questions by position,
 off-corpus questions by domain): the share of answerable questions answered, of off-corpus ones refused.
 When the held-out scores of the two sets overlap (``separates``), it keeps no threshold of its own: the
-answers use the default, and ``note`` says why. Without questions it is the default (``defaults``, fitted
+answers use the default, and ``note`` says why. Whichever model answers, its threshold is ``guarded``: raised, where
+needed, so that at most 5% of the corpus's own off-corpus questions clear it (held out by domain when measured). Without questions it is the default (``defaults``, fitted
 across corpora by ``python -m benchmarks answer_support --write-default``), its refusal rate measured here
 and no answer rate. ``for_index`` reads a stored calibration whose ``fingerprint`` matches (index, questions,
 off-corpus set, default, parameters) from the schema's ``support_calibration`` table, else calibrates and stores.
@@ -21,7 +22,7 @@ import functools
 import hashlib
 import json
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -38,10 +39,11 @@ from retrieval_assets.types import Chunk
 HERE = Path(__file__).resolve().parent
 OFF_CORPUS = HERE / "off_corpus.yaml"
 DEFAULTS = HERE / "support_defaults.json"
-VERSION = 1  # of the evidence and the stored form: a stored calibration of another version is made again
+VERSION = 2  # of the evidence and the stored form: a stored calibration of another version is made again
 FOLDS = 5
 L2_CORPUS = 0.1  # a corpus's own fit is pulled towards the default this strongly (benchmarks/calibration/answer_support.py)
 SEPARATES = 0.9  # held-out answer and refusal rates a corpus's own fit must both reach to keep its threshold
+OFF_CORPUS_REFUSAL = 0.95  # the issue's goal, not tuned: the threshold never lets more than 5% of the off-corpus questions through
 
 
 @dataclass(frozen=True)
@@ -131,9 +133,10 @@ class Calibration:
         return cls(**{**fields_, "model": SupportModel.from_dict(data["model"]), "reference": tuple(data["reference"])})
 
 
-def _rates(p_answerable: np.ndarray, p_off: np.ndarray, threshold: float) -> tuple[float | None, float]:
-    answered = float((p_answerable >= threshold).mean()) if len(p_answerable) else None
-    return answered, float((p_off < threshold).mean()) if len(p_off) else 1.0
+def _rates(p_answerable: np.ndarray, p_off: np.ndarray, t_answerable, t_off) -> tuple[float | None, float]:
+    """Shares answered and refused (thresholds: one number, or one per question)."""
+    answered = float((p_answerable >= t_answerable).mean()) if len(p_answerable) else None
+    return answered, float((p_off < t_off).mean()) if len(p_off) else 1.0
 
 
 def calibrate(conn: psycopg.Connection, retriever: pipeline.Retriever, questions: Sequence[str], params: RetrievalParams,
@@ -145,13 +148,21 @@ def calibrate(conn: psycopg.Connection, retriever: pipeline.Retriever, questions
     return calibrate_measured(m_q, m_off, domain_folds(off), *defaults(key))
 
 
+def guarded(model: SupportModel, p_off: np.ndarray) -> SupportModel:
+    """``model`` with its threshold raised, where needed, to the support that ``OFF_CORPUS_REFUSAL`` of this corpus's
+    off-corpus questions (``p_off``: their supports under ``model``) stay below."""
+    if not len(p_off):
+        return model
+    return replace(model, threshold=min(max(model.threshold, float(np.quantile(p_off, OFF_CORPUS_REFUSAL))), 1 - 1e-9))
+
+
 def calibrate_measured(m_q: Measured, m_off: Measured, off_folds: np.ndarray, default: SupportModel, origin: str) -> Calibration:
     """``calibrate`` on evidence already measured (``off_folds``: each off-corpus question's fold)."""
     reference = np.sort(m_off.top)
     n_q, n_off = len(m_q.top), len(m_off.top)
     q_folds = np.arange(n_q) % FOLDS
-    p_q, p_off = np.zeros(n_q), np.zeros(n_off)
-    for f in range(FOLDS):  # held out: the fold's off-corpus questions never shape the reference or the fit
+    p_q, p_off, t_q, t_off = np.zeros(n_q), np.zeros(n_off), np.zeros(n_q), np.zeros(n_off)
+    for f in range(FOLDS):  # held out: the fold's off-corpus questions never shape the reference, the fit or the guard
         ref = m_off.top[off_folds != f]
         X_off, X_q = m_off.features(ref), m_q.features(ref)
         if n_q:
@@ -160,24 +171,27 @@ def calibrate_measured(m_q: Measured, m_off: Measured, off_folds: np.ndarray, de
             model = support.fit(X, y, prior=default, l2=L2_CORPUS, threshold=default.threshold) if y.any() else default
         else:
             model = default
-        p_q[q_folds == f] = model.probabilities(X_q[q_folds == f]) if n_q else []
-        p_off[off_folds == f] = model.probabilities(X_off[off_folds == f])
-    if not n_q:
-        _, refused = _rates(p_q, p_off, default.threshold)
-        return Calibration(default, tuple(reference.tolist()), "default", f"no answerable questions of its own: {origin}", 0, n_off,
-                           None, refused, None, {"answerable": [], "off_corpus": p_off.round(4).tolist()})
-    answered, refused = _rates(p_q, p_off, default.threshold)
+        supports = model.probabilities(X_off)
+        model = guarded(model, supports[off_folds != f])
+        p_q[q_folds == f], t_q[q_folds == f] = (model.probabilities(X_q[q_folds == f]) if n_q else []), model.threshold
+        p_off[off_folds == f], t_off[off_folds == f] = supports[off_folds == f], model.threshold
+    answered, refused = _rates(p_q, p_off, t_q, t_off)
     held_out = {"answerable": p_q.round(4).tolist(), "off_corpus": p_off.round(4).tolist()}
+    fallback = guarded(default, default.probabilities(m_off.features(reference)))
+    if not n_q:
+        return Calibration(fallback, tuple(reference.tolist()), "default", f"no answerable questions of its own: {origin}", 0, n_off,
+                           None, refused, None, held_out)
     if answered >= SEPARATES and refused >= SEPARATES:
         X = np.vstack([m_q.features(reference), m_off.features(reference)])
         model = support.fit(X, np.r_[np.ones(n_q), np.zeros(n_off)], prior=default, l2=L2_CORPUS, threshold=default.threshold)
-        return Calibration(model, tuple(reference.tolist()), "corpus", f"fitted on {n_q} questions of its own and {n_off} off-corpus "
-                           f"questions, pulled towards {origin}", n_q, n_off, answered, refused, True, held_out)
-    a_default, r_default = _rates(*(default.probabilities(m.features(reference)) for m in (m_q, m_off)), default.threshold)
+        return Calibration(guarded(model, model.probabilities(m_off.features(reference))), tuple(reference.tolist()), "corpus",
+                           f"fitted on {n_q} questions of its own and {n_off} off-corpus questions, pulled towards {origin}", n_q, n_off,
+                           answered, refused, True, held_out)
+    a_default, r_default = _rates(*(fallback.probabilities(m.features(reference)) for m in (m_q, m_off)), fallback.threshold, fallback.threshold)
     note = (f"cannot separate: held out, a fit on its {n_q} questions answers {answered:.0%} of them and refuses {refused:.0%} of "
             f"{n_off} off-corpus questions (both must reach {SEPARATES:.0%}); no threshold of its own, answers use {origin} "
             f"(here it answers {a_default:.0%} and refuses {r_default:.0%})")
-    return Calibration(default, tuple(reference.tolist()), "default", note, n_q, n_off, answered, refused, False, held_out)
+    return Calibration(fallback, tuple(reference.tolist()), "default", note, n_q, n_off, answered, refused, False, held_out)
 
 
 # -- stored per schema ------------------------------------------------------------------------------------------------
@@ -210,11 +224,13 @@ def stored(conn: psycopg.Connection, schema: str, fingerprint_: str) -> Calibrat
 
 
 def store(conn: psycopg.Connection, schema: str, fingerprint_: str, calibration: Calibration) -> None:
-    """Keep ``calibration`` as the schema's one calibration."""
+    """Keep ``calibration`` as the schema's one calibration (two launches storing at once: the later one's is kept;
+    they take turns on an advisory lock, as two ``CREATE TABLE IF NOT EXISTS`` at once would fail)."""
     from psycopg import sql
     from psycopg.types.json import Jsonb
 
     with conn.transaction():
+        conn.execute("SELECT pg_advisory_xact_lock(hashtext('retrieval_assets.support_calibration:' || %s))", (schema,))
         conn.execute(sql.SQL(_TABLE).format(table=_table(schema)))
         conn.execute(sql.SQL("INSERT INTO {} (fingerprint, calibration) VALUES (%s, %s) ON CONFLICT (one) DO UPDATE SET "
                              "fingerprint = EXCLUDED.fingerprint, calibration = EXCLUDED.calibration, created_at = now()")

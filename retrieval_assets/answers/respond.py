@@ -44,7 +44,7 @@ def respond(conn: psycopg.Connection, retriever: pipeline.Retriever, question: s
     probability = calibration.model.probability(evidence)
     supported = probability >= calibration.model.threshold and bool(chunks)
     if answerer == "extractive":
-        result = (answer.extractive_answer(question, chunks, scores=scores, floor=0.0) if supported
+        result = (answer.extractive_answer(question, chunks, scores=scores, floor=0.0, stats=stats) if supported
                   else Answer(REFUSAL, check(REFUSAL, tuple(c.chunk_id for c in chunks)), 0.0))
     else:
         draft = answer.assemble(question, chunks if supported else [], scores=scores if supported else None, floor=0.0)

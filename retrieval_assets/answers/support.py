@@ -19,7 +19,7 @@ an ``Evidence`` of numbers in [0, 1], each relative to the question itself, not 
   ``-ln(1 - share of the reference below it) / ln(reference size + 1)``, 1 above every one of them, 0 without
   a reference.
 
-Words are ``\\w+``, lowercase, less English function words, with a light suffix stemmer (``stem``); idf is
+Words are ``words.content_words`` (``\\w+``, lowercase, no function words or bare numbers), stemmed by ``words.stem``; idf is
 ``ln(1 + (N - df + 0.5) / (df + 0.5))`` over the corpus (a word it lacks gets the highest idf). ``SupportModel``
 is a logistic regression over the evidence whose weights are never negative, so support never falls as
 any evidence rises; ``probability`` is in [0, 1] and ``supports`` compares it with the model's threshold.
@@ -38,43 +38,20 @@ import numpy as np
 
 from retrieval_assets.search.rerank import CorpusStats
 from retrieval_assets.types import Chunk, Hit
+from retrieval_assets.words import content_words, stem, words
 
-_WORD = re.compile(r"\w+")
 _SENTENCE = re.compile(r"(?<=[.!?])\s+|\n\s*\n")
 K1, B = 1.2, 0.75  # the BM25 constants of the seed's reranker
-STOPWORDS = frozenset("""
-a about above after again against all also am an and any are as at be been before being below between both but by
-can could did do does doing done down during each either else ever every few for from further get gets got had has have
-having he her here hers him his how i if in into is it its itself just let me more most much must my myself need no nor
-not now of off on once one only or other our ours out over own per same she should so some such than that the their
-theirs them then there these they this those through to too under until up upon us very was we were what when where
-whether which while who whom whose why will with within without would yes yet you your yours
-""".split())
-
-
-def stem(word: str) -> str:
-    """A light English stemmer: one common suffix off (-ing, -ed, -s, -ly; -ies/-ied to -y), a doubled final
-    consonant after -ing/-ed made single, then a final e off, so that restore, restored, restores and restoring meet,
-    and commit and committing; other scripts are left as they are."""
-    if len(word) <= 3 or not word.isascii():
-        return word
-    for suffix in ("ingly", "edly", "ing", "ies", "ied", "ed", "ly", "s"):
-        if word.endswith(suffix) and len(word) - len(suffix) >= 3 and not (suffix == "s" and word.endswith("ss")):
-            word = word[: -len(suffix)] + ("y" if suffix in ("ies", "ied") else "")
-            if suffix in ("ing", "ed") and word[-1] == word[-2] and word[-1] not in "aeiouylsz":
-                word = word[:-1]
-            break
-    return word[:-1] if word.endswith("e") and len(word) > 4 else word
 
 
 def content_terms(text: str) -> list[str]:
-    """The distinct stemmed content words of ``text``, in order (no function words)."""
-    return list(dict.fromkeys(stem(w) for w in _WORD.findall(text.lower()) if w not in STOPWORDS))
+    """The distinct stemmed content words of ``text`` (``words.content_words``), in order."""
+    return list(dict.fromkeys(map(stem, content_words(text))))
 
 
 def stems(text: str) -> Counter[str]:
     """Stemmed word counts of a text (function words kept: they only add to its length)."""
-    return Counter(stem(w) for w in _WORD.findall(text.lower()))
+    return Counter(map(stem, words(text)))
 
 
 @dataclass(frozen=True)

@@ -28,8 +28,8 @@ from dataclasses import dataclass
 
 from retrieval_assets.answers.citations import line_sentences
 from retrieval_assets.corpus import thesaurus
-from retrieval_assets.corpus.drafting import STOPWORDS, Candidate, Vocabulary
-from retrieval_assets.index.embed import _words
+from retrieval_assets.corpus.drafting import Candidate, Vocabulary
+from retrieval_assets.words import STOPWORDS, is_content, words as _words
 from retrieval_assets.types import Chunk, Document
 
 MAX_SENTENCES = 400  # per document
@@ -100,7 +100,7 @@ def _pick(key: str, options: Sequence[str]) -> str:
 
 def _specific(words: Sequence[str], vocabulary: Vocabulary, n: int, *, skip=frozenset(), rare_ok: bool = True) -> list[str]:
     """The ``n`` most specific (fewest chunks) distinct content words, in sentence order (``rare_ok`` false: no rare word)."""
-    pool = [w for w in dict.fromkeys(words) if w not in skip and w not in STOPWORDS and len(w) > 2 and not w.isdigit()
+    pool = [w for w in dict.fromkeys(words) if w not in skip and is_content(w)
             and (rare_ok or not vocabulary.rare(w))]
     chosen = set(sorted(pool, key=lambda w: (vocabulary.df(w), w))[:n])
     return [w for w in pool if w in chosen]
@@ -117,7 +117,7 @@ def lexical(s: Sentence, vocabulary: Vocabulary) -> Candidate | None:
             df = min(vocabulary.df(w) for w in parts)
             found.append((weight + 1.0 - df / max(vocabulary.chunks, 1), category, term))
     for w in dict.fromkeys(s.words):
-        if w.isalpha() and len(w) >= 5 and w not in STOPWORDS and vocabulary.rare(w):
+        if w.isalpha() and len(w) >= 5 and is_content(w) and vocabulary.rare(w):
             found.append((1.0 - vocabulary.df(w) / max(vocabulary.chunks, 1), "rare word", w))
     if not found:
         return None
@@ -169,7 +169,7 @@ def conceptual(s: Sentence, vocabulary: Vocabulary) -> Candidate | None:
     """The sentence's content words without its section's own (every word but the corpus's common ones said with a
     synonym the chunk does not hold, or left out), at most ``CONCEPT_WORDS``, the most specific, in the sentence's order."""
     own = frozenset(_words(s.chunk.text))
-    words = [w for w in dict.fromkeys(s.words) if w.isalpha() and len(w) > 2 and w not in STOPWORDS]
+    words = [w for w in dict.fromkeys(s.words) if w.isalpha() and is_content(w)]
     said = {w: w if vocabulary.common(w) else _synonym(w, own) for w in words}
     # the most specific words first: at most SYNONYMS said with synonyms, the rest the sentence's own common words
     specific = sorted((w for w in words if said[w]), key=lambda w: (vocabulary.df(w), w))

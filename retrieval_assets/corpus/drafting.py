@@ -28,17 +28,12 @@ from typing import Protocol
 import numpy as np
 
 from retrieval_assets.corpus.golden import KINDS, normalise
-from retrieval_assets.index.embed import HashEmbedder, _words
+from retrieval_assets.index.embed import HashEmbedder
+from retrieval_assets.words import STOPWORDS, words as _words
 from retrieval_assets.types import Chunk, Document
 
 DUPLICATE_COSINE = 0.9  # HashEmbedder cosine at or above which two queries are one
 MAX_QUERY_CHARS = 300
-STOPWORDS = frozenset("""a about above after again against all also an and any are as at be because been before being below between
-both but by can could did do does doing down during each few for from further had has have having he her here hers him his how i if in
-into is it its itself just may me might more most must my no nor not of off on once only or other our ours out over own same shall she
-should so some such than that the their theirs them then there these they this those through to too under until up upon very was we
-were what when where which while who whom why will with within without would you your yours one two three us via per every many much
-often still even ever never always another since though although yet rather whether either neither thus hence however therefore etc""".split())
 
 
 @dataclass(frozen=True)
@@ -106,10 +101,6 @@ class Vocabulary:
         return self.df(word) > max(2, self.chunks / 10)
 
 
-def content_words(text: str) -> list[str]:
-    return [w for w in _words(text) if w not in STOPWORDS and len(w) > 2 and not w.isdigit()]
-
-
 def query_id(doc_id: str, kind: str, query: str, clash: int = 0) -> str:
     """``d`` + 8 hex digits of a hash of doc id, kind and query (``clash``: the how-manyth id that clashed)."""
     salt = f"\0{clash}" if clash else ""
@@ -123,8 +114,8 @@ def anchor_chunk(chunks: Sequence[Chunk], anchor: str) -> Chunk | None:
 
 
 def trivial_word(query: str, anchor: str, holders: set[str], vocabulary: Vocabulary) -> str | None:
-    """A word of both query and anchor found only in chunks that hold the anchor (``holders``), else None."""
-    shared = sorted(set(_words(query)) & set(_words(anchor)) - STOPWORDS)
+    """A word of both query and anchor, no stop word, found only in chunks that hold the anchor (``holders``), else None."""
+    shared = sorted(set(_words(query)) & set(_words(anchor)) - STOPWORDS)  # numbers too: a ticket id alone can answer
     return next((w for w in shared if vocabulary.holders.get(w, set()) <= holders), None)
 
 

@@ -46,12 +46,24 @@ def plot(rows: list[dict], path: str | Path, title: str = "") -> Path:
 
 
 def save(fig, path: str | Path) -> Path:
-    """Write a matplotlib figure as a PNG at ``path`` (its folder made) and close it."""
+    """Write a matplotlib figure as a PNG at ``path`` (its folder made) and close it. The file is replaced whole
+    (written beside it, then renamed), so a reader never sees half of it while another process writes the same plot."""
+    import os
+    import tempfile
+
     from matplotlib import pyplot as plt
 
     fig.tight_layout()
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=90)
-    plt.close(fig)
+    fd, part = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".png", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as out:
+            fig.savefig(out, format="png", dpi=90)
+        os.chmod(part, 0o644)  # as a plain write would leave it (mkstemp makes 0600)
+        os.replace(part, path)
+    finally:
+        plt.close(fig)
+        if os.path.exists(part):
+            os.unlink(part)
     return path

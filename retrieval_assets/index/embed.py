@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-import re
 from collections.abc import Sequence
 from itertools import chain
 from typing import Protocol
@@ -26,13 +25,7 @@ from typing import Protocol
 import numpy as np
 
 from retrieval_assets.index.token_table import _TokenTable
-
-_WORD = re.compile(r"\w+")
-# ASCII text (str.isascii is O(1) in CPython) is tokenised without the regex, with the same
-# result: \w on ASCII characters is [A-Za-z0-9_], so one bytes.translate lowercases A-Z and
-# turns every other byte into a space, and split() returns the runs of word characters.
-_ASCII_WORDS = bytes(ord(chr(b).lower()) if chr(b).isalnum() or b == ord("_") else ord(" ") for b in range(128))
-_ASCII_WORDS += bytes(range(128, 256))
+from retrieval_assets.words import words as _words  # the recipe's words: re.findall(r"\w+", text.lower())
 
 
 class Embedder(Protocol):
@@ -47,13 +40,6 @@ def embed_queries(embedder: Embedder, queries: Sequence[str]) -> np.ndarray:
     (e5's ``query: `` prefix, ``wheel_models``), else ``embedder.embed``."""
     embed_query = getattr(embedder, "embed_query", None)
     return embed_query(queries) if embed_query is not None else embedder.embed(queries)
-
-
-def _words(text: str) -> list[str]:
-    """The recipe's words of ``text``: ``re.findall(r"\\w+", text.lower())``."""
-    if text.isascii():
-        return text.encode().translate(_ASCII_WORDS).decode().split()
-    return _WORD.findall(text.lower())
 
 
 _TABLE = _TokenTable(limit=1_000_000)
