@@ -117,6 +117,8 @@ RULES = {"first stage alone (joint rule)": ((first_stages,), "dataset"),
          "joint rule, a stage kept only when it helps every setting, no feedback stages": (NO_FEEDBACK, "setting"),
          "joint rule with the SPLADE list, no feedback stages": (WITH_SPARSE, "dataset")}
 FIELDS = ("lexical", "fusion", "weights", "rerank", "rerank_weight", "rerank_fusion", "rerank_idf", "mmr_lambda", "sparse_weight")
+CALIBRATED = ("calibrated on the corpus's own queries, else the default rule (crossval.calibrate), no feedback stages", NO_FEEDBACK), \
+    ("calibrated on the corpus's own queries, SPLADE list offered, else the default rule", WITH_SPARSE)
 SEED_CONFIG = crossval.config(**{f: getattr(SEED, f) for f in FIELDS})
 DEFAULT_CONFIG = crossval.config(**{f: getattr(DEFAULT, f) for f in FIELDS})  # params.DEFAULT as it is, no fitting
 FIXED = {"hybrid(bm25) RRF 1:1, no rerank (no fitting)": crossval.config(lexical="bm25", fusion="rrf", weights=(0.5, 0.5), rerank=False,
@@ -168,13 +170,18 @@ class Scorer:
         return np.array([recall_at_k(self.ranked(cfg, i), rel, depth) for i, rel in enumerate(self.relevant)])
 
 
-def golden_as_is(scorer: Scorer, conceptual: np.ndarray) -> str:
-    """nDCG@10 on the golden set under ``params.DEFAULT`` as it is and of its vector list alone: all queries (conceptual)."""
+def golden_as_is(scorer: Scorer, conceptual: np.ndarray, doc: dict[str, str]) -> str:
+    """nDCG@10 on the golden set under ``params.DEFAULT`` as it is and of its vector list alone: all queries (conceptual);
+    with and without its rerank, by chunk and by document (``doc``: chunk_id -> doc_id; a document at its best chunk)."""
     final = scorer.ndcg(DEFAULT_CONFIG)
     params = scorer.base.with_(**dict(DEFAULT_CONFIG))
     vector = np.array([ndcg_at_k([h.chunk_id for h in scorer.trace(i, params).vector][:10], rel, 10) for i, rel in enumerate(scorer.relevant)])
+    plain = crossval.merged(DEFAULT_CONFIG, crossval.config(rerank=False))
+    by_doc = [np.mean([ndcg_at_k(benchmark.to_documents(scorer.ranked(c, i), doc, 10), {doc[r] for r in rel}, 10)
+                       for i, rel in enumerate(scorer.relevant)]) for c in (plain, DEFAULT_CONFIG)]
     return (f"under params.DEFAULT as it is (not fitted), nDCG@10 {final.mean():.3f} ({final[conceptual].mean():.3f} on the "
-            f"conceptual queries); its vector list alone {vector.mean():.3f} ({vector[conceptual].mean():.3f})")
+            f"conceptual queries); its vector list alone {vector.mean():.3f} ({vector[conceptual].mean():.3f}); without its rerank "
+            f"{scorer.ndcg(plain).mean():.3f}; by document (a document at its best chunk) {by_doc[0]:.3f} without the rerank, {by_doc[1]:.3f} with it")
 
 
 def describe(cfg: crossval.Config) -> str:
@@ -265,6 +272,13 @@ def main(argv: list[str] | None = None) -> int:
             for test, pick in zip(fold_sets[s.dataset], picks):
                 scores[test] = s.score(pick)[test]
             rule[s.dataset, s.embedder] = crossval.HeldOut(s, scores, picks)
+    for s, (label, stages) in ((s, c) for s in fit_on for c in CALIBRATED[: 2 - args.no_sparse]):  # nested: inside each outer fold
+        scores, picks = np.zeros(sizes[s.dataset]), []
+        for test, default in zip(fold_sets[s.dataset], before[s.dataset, s.embedder].picks):
+            picks.append(crossval.calibrate(s, stages, default, np.setdiff1d(np.arange(sizes[s.dataset]), test)))
+            scores[test] = s.score(picks[-1])[test]
+        rows.append((s, label, crossval.HeldOut(s, scores, tuple(picks))))
+        log(f"{s.dataset}/{s.embedder}: {label}: {scores.mean():.3f}")
     alone = {}  # the rule fitted per embedder on both datasets: does a default of its own help an embedder?
     for e in keys:
         mine = [s for s in settings if s.embedder == e]
@@ -330,7 +344,7 @@ def main(argv: list[str] | None = None) -> int:
     conceptual = np.array([q.kind == "conceptual" for q in golden_set])
     by_label = {(s.dataset, s.embedder, label): h for s, label, h in rows}
     for e in args.embedders:
-        for label in ("default rule, no feedback stages", *RULES):
+        for label in ("default rule, no feedback stages", *RULES, *(label for label, _ in CALIBRATED)):
             if ("golden", e, label) not in by_label:
                 continue
             h, c = by_label["golden", e, label], by_label["cranfield", e, label]
@@ -345,7 +359,7 @@ def main(argv: list[str] | None = None) -> int:
             notes.append(f"- golden/{e}, {label}: recall@10 held out {recall10.mean():.3f}, conceptual queries "
                          f"{recall10[conceptual].mean():.3f} ({conceptual.sum()} queries); nDCG@10 held out on the conceptual "
                          f"queries {rule['golden', e].scores[conceptual].mean():.3f}")
-    notes += [f"- golden/{e}: {golden_as_is(scorers['golden', e], conceptual)}" for e in keys]
+    notes += [f"- golden/{e}: {golden_as_is(scorers['golden', e], conceptual, {c.chunk_id: c.doc_id for c in fixture_chunks})}" for e in keys]
     for e in keys:
         rec = scorers["cranfield", e].recall(default, 100)
         notes.append(f"- cranfield/{e}: recall@100 of the default pipeline {rec.mean():.3f} against the peer's {peer_recall.mean():.3f}")
