@@ -24,7 +24,9 @@ recall@10 and nDCG@10 on its conceptual queries. ``--candidates`` (partitions or
 are indexed and scored the same way but left out of every fit: held out under each fold's choice made without them
 and under a rule of their own; each embedder's speed and peak memory on the fixture's chunks are measured in a
 process of its own. ``--no-feedback`` fits only the rules without the feedback stages (what ``params.DEFAULT`` is),
-in a fraction of the time; ``--no-sparse`` skips the rule with the SPLADE list. The joint rule on all queries gives the default pipeline, printed
+in a fraction of the time; ``--no-sparse`` skips the rule with the SPLADE list. Nested in each outer fold,
+``crossval.calibrate`` (``CALIBRATED``) fits a rule on the setting's own training queries and keeps it only when
+cross-validation inside them shows it above that fold's default-rule choice, else that choice. The joint rule on all queries gives the default pipeline, printed
 at the end (``params.DEFAULT`` holds what this printed; the README says when).
 Writes benchmarks/results/quality.md (``--out``).
 """
