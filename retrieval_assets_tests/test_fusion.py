@@ -164,6 +164,21 @@ def test_cross_validation_scores_each_fold_with_what_its_training_chose():
         crossval.cross_validate([s, _setting("f", table)], (lambda _: [A],), fold_sets, {"d": 4, "f": 4})
 
 
+def test_calibrate_takes_a_corpus_own_rule_only_when_its_own_held_out_folds_show_it_better():
+    stages = (lambda _: [A, B],)
+    n = 40
+    better = _setting("d", {A: [0.5] * n, B: [0.6] * n})
+    assert crossval.calibrate(better, stages, A, np.arange(n)) == B  # better on every inner held-out fold
+    assert crossval.calibrate(better, stages, A, np.arange(15)) == A  # too few queries: the default, untried
+    # higher on average (0.55) but better on half the queries and worse on the other half: no interval above 0
+    mixed = _setting("d", {A: [0.5] * n, B: [1.0, 0.1] * (n // 2)})
+    assert crossval.calibrate(mixed, stages, A, np.arange(n)) == A
+    # only the corpus's own queries count: B wins on queries 0-19 and overall, and loses on 20-39
+    split = _setting("d", {A: [0.5] * n, B: [0.9] * 20 + [0.3] * 20})
+    assert crossval.calibrate(split, stages, A, np.arange(20, n)) == A
+    assert crossval.calibrate(split, stages, A, np.arange(20)) == B
+
+
 def test_corpus_stats_are_read_once_per_table_content(indexed, schema):
     import dataclasses
 

@@ -20,7 +20,13 @@ held-out dataset plus all of the other dataset), the bm25s peer computed in the 
 the unfitted seed pipeline; the default rule without the feedback stages is reported beside it
 (same run, same folds: what the feedback stages change), and (c) that rule fitted for each embedder
 alone on both datasets (would an embedder's own default do better?), with the golden set's held-out
-recall@10 on its conceptual queries. The joint rule on all queries gives the default pipeline, printed
+recall@10 and nDCG@10 on its conceptual queries. ``--candidates`` (partitions or wheel models, ``index.wheel_models``)
+are indexed and scored the same way but left out of every fit: held out under each fold's choice made without them
+and under a rule of their own; each embedder's speed and peak memory on the fixture's chunks are measured in a
+process of its own. ``--no-feedback`` fits only the rules without the feedback stages (what ``params.DEFAULT`` is),
+in a fraction of the time; ``--no-sparse`` skips the rule with the SPLADE list. Nested in each outer fold,
+``crossval.calibrate`` (``CALIBRATED``) fits a rule on the setting's own training queries and keeps it only when
+cross-validation inside them shows it above that fold's default-rule choice, else that choice. The joint rule on all queries gives the default pipeline, printed
 at the end (``params.DEFAULT`` holds what this printed; the README says when).
 Writes benchmarks/results/quality.md (``--out``).
 """
@@ -112,23 +118,25 @@ RULES = {"first stage alone (joint rule)": ((first_stages,), "dataset"),
          "joint rule before issue 37: score-blend rerank only": ((first_stages, score_rerank_stage, mmr_stage), "dataset"),
          "joint rule, a stage kept only when it helps every setting, no feedback stages": (NO_FEEDBACK, "setting"),
          "joint rule with the SPLADE list, no feedback stages": (WITH_SPARSE, "dataset")}
+FIELDS = ("lexical", "fusion", "weights", "rerank", "rerank_weight", "rerank_fusion", "rerank_idf", "mmr_lambda", "sparse_weight")
+CALIBRATED = ("calibrated on the corpus's own queries, else the default rule (crossval.calibrate), no feedback stages", NO_FEEDBACK), \
+    ("calibrated on the corpus's own queries, SPLADE list offered, else the default rule", WITH_SPARSE)
+SEED_CONFIG = crossval.config(**{f: getattr(SEED, f) for f in FIELDS})
+DEFAULT_CONFIG = crossval.config(**{f: getattr(DEFAULT, f) for f in FIELDS})  # params.DEFAULT as it is, no fitting
 FIXED = {"hybrid(bm25) RRF 1:1, no rerank (no fitting)": crossval.config(lexical="bm25", fusion="rrf", weights=(0.5, 0.5), rerank=False,
                                                                           mmr_lambda=None),
-         "params.DEFAULT as committed": crossval.config(**{f: getattr(DEFAULT, f) for f in ("lexical", "fusion", "weights", "rerank",
-                                                        "rerank_weight", "rerank_fusion", "rerank_idf", "mmr_lambda", "sparse_weight")})}
-SEED_CONFIG = crossval.config(**{f: getattr(SEED, f) for f in ("lexical", "fusion", "weights", "rerank", "rerank_weight",
-                                                                "rerank_idf", "mmr_lambda")})
+         "params.DEFAULT as committed": DEFAULT_CONFIG}
 
 
 class Scorer:
     """Per-query nDCG@k of a config over one indexed setting: first-stage lists and pool rows fetched once."""
 
     def __init__(self, conn, schema: str, embedder, chunks, queries: list[str], relevant: list[set[str]], base: RetrievalParams,
-                 *, chunk_doc: dict[str, str] | None = None, k: int = 10, depth: int = 100):
+                 *, splade: SpladeEncoder | None = None, chunk_doc: dict[str, str] | None = None, k: int = 10, depth: int = 100):
         self.conn, self.schema, self.embedder, self.queries, self.relevant = conn, schema, embedder, queries, relevant
         self.base, self.chunk_doc, self.k, self.depth = base, chunk_doc, k, depth
         stats = CorpusStats.from_texts([c.text for c in chunks])
-        splade = SpladeEncoder()  # every Scorer's texts are synced into its schema's splade table first (main)
+        # splade: the encoder whose vectors main synced into the schema's splade table (None with --no-sparse)
         self.retrievers = {"corpus": pipeline.Retriever(schema, embedder, LexicalReranker(corpus=stats), sparse=splade),
                            "pool": pipeline.Retriever(schema, embedder, LexicalReranker(), sparse=splade)}
         self.traces: dict[tuple, pipeline.Trace] = {}  # by pipeline.first_stage_key
@@ -164,6 +172,20 @@ class Scorer:
         return np.array([recall_at_k(self.ranked(cfg, i), rel, depth) for i, rel in enumerate(self.relevant)])
 
 
+def golden_as_is(scorer: Scorer, conceptual: np.ndarray, doc: dict[str, str]) -> str:
+    """nDCG@10 on the golden set under ``params.DEFAULT`` as it is and of its vector list alone: all queries (conceptual);
+    with and without its rerank, by chunk and by document (``doc``: chunk_id -> doc_id; a document at its best chunk)."""
+    final = scorer.ndcg(DEFAULT_CONFIG)
+    params = scorer.base.with_(**dict(DEFAULT_CONFIG))
+    vector = np.array([ndcg_at_k([h.chunk_id for h in scorer.trace(i, params).vector][:10], rel, 10) for i, rel in enumerate(scorer.relevant)])
+    plain = crossval.merged(DEFAULT_CONFIG, crossval.config(rerank=False))
+    by_doc = [np.mean([ndcg_at_k(benchmark.to_documents(scorer.ranked(c, i), doc, 10), {doc[r] for r in rel}, 10)
+                       for i, rel in enumerate(scorer.relevant)]) for c in (plain, DEFAULT_CONFIG)]
+    return (f"under params.DEFAULT as it is (not fitted), nDCG@10 {final.mean():.3f} ({final[conceptual].mean():.3f} on the "
+            f"conceptual queries); its vector list alone {vector.mean():.3f} ({vector[conceptual].mean():.3f}); without its rerank "
+            f"{scorer.ndcg(plain).mean():.3f}; by document (a document at its best chunk) {by_doc[0]:.3f} without the rerank, {by_doc[1]:.3f} with it")
+
+
 def describe(cfg: crossval.Config) -> str:
     v = dict(cfg)
     parts = [f"{v['lexical']} {v['fusion']} w_vec={v['weights'][0]:g}"]
@@ -183,15 +205,16 @@ def describe(cfg: crossval.Config) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = common.parser(__doc__)
     parser.add_argument("--data", default=str(datasets.DEFAULT_CRANFIELD))
-    parser.add_argument("--embedders", nargs="+", default=["hash", "minilm"])
+    parser.add_argument("--embedders", nargs="+", default=["hash", "minilm"], help="partitions the default rule is fitted on")
+    parser.add_argument("--candidates", nargs="*", default=[], help="partitions or wheel models (index.wheel_models) scored held "
+                        "out under the default rule's fold choices and under their own rule; never part of a fit")
     parser.add_argument("--cranfield-folds", type=int, default=5)
     parser.add_argument("--golden-folds", type=int, default=4)
     parser.add_argument("--out", default=str(DEFAULT_OUT), help="Markdown report path ('-': print only)")
-    parser.add_argument("--no-feedback", action="store_true", help="skip the feedback stages (RM3, Rocchio): the rows "
-                        "'with the feedback stages' then equal those without (a run in about a third of the time)")
-    parser.add_argument("--no-sparse", action="store_true", help="skip the rule with the SPLADE list (its tables are still synced)")
+    parser.add_argument("--no-feedback", action="store_true", help="fit only the rules without the feedback stages (RM3, "
+                        "Rocchio): the rows with them are left out, the run takes a fraction of the time")
+    parser.add_argument("--no-sparse", action="store_true", help="skip the rule with the SPLADE list and the SPLADE sync")
     args = parser.parse_args(argv)
-    stages_all = NO_FEEDBACK if args.no_feedback else STAGES
     log = lambda msg: print(msg, file=sys.stderr, flush=True)  # noqa: E731
     started = time.perf_counter()
 
@@ -207,41 +230,59 @@ def main(argv: list[str] | None = None) -> int:
     settings: list[crossval.Setting] = []
     scorers: dict[tuple[str, str], Scorer] = {}
     conn = pg.connect(args.dsn)
-    splade = SpladeEncoder()
-    for key in args.embedders:
-        embedder = partitions.embedder(key)
+    splade = None if args.no_sparse else SpladeEncoder()
+    synced = lambda schema: "" if splade is None else f"; SPLADE (encoded, deleted): {sparse.sync(conn, schema, splade)}"  # noqa: E731
+    keys = [*args.embedders, *args.candidates]
+    for key in keys:
+        embedder = common.embedder(key)
         schema = partitions.schema_name(key, "cranfield")
         chunks, report = benchmark.index_benchmark(conn, schema, bench, embedder)
-        log(f"cranfield/{key}: {len(chunks)} chunks in {schema} ({report}); SPLADE (encoded, deleted): {sparse.sync(conn, schema, splade)}")
+        log(f"cranfield/{key}: {len(chunks)} chunks in {schema} ({report}){synced(schema)}")
         scorers["cranfield", key] = Scorer(conn, schema, embedder, chunks, [bench.queries[q] for q in qids], [rel[q] for q in qids],
-                                           benchmark.CRANFIELD, chunk_doc={c.chunk_id: c.doc_id for c in chunks})
+                                           benchmark.CRANFIELD, splade=splade, chunk_doc={c.chunk_id: c.doc_id for c in chunks})
         gschema = common.bench_schema("quality", key)
-        log(f"golden/{key}: {common.index(conn, gschema, fixture_chunks, embedder)} in {gschema}; SPLADE {sparse.sync(conn, gschema, splade)}")
+        log(f"golden/{key}: {common.index(conn, gschema, fixture_chunks, embedder)} in {gschema}{synced(gschema)}")
         grel = golden.relevant_sets(conn, gschema, golden_set)
         scorers["golden", key] = Scorer(conn, gschema, embedder, fixture_chunks, [q.query for q in golden_set],
-                                        [grel[q.query_id] for q in golden_set], SEED.with_(k=10, n=50))
+                                        [grel[q.query_id] for q in golden_set], SEED.with_(k=10, n=50), splade=splade)
     for (dataset, key), scorer in scorers.items():
         settings.append(crossval.Setting(dataset, key, scorer.ndcg))
+    fit_on = [s for s in settings if s.embedder in args.embedders]
     sizes = {"cranfield": len(qids), "golden": len(golden_set)}
     fold_sets = {"cranfield": crossval.folds(sizes["cranfield"], args.cranfield_folds),
                  "golden": crossval.folds(sizes["golden"], args.golden_folds)}
 
     lines = []
     rows = []  # (setting, label, held-out scores)
-    for s in settings:
-        for label, stages in (("fitted on this setting", stages_all), ("fitted on this setting, no feedback stages", NO_FEEDBACK)):
+    for s in fit_on:
+        for label, stages in (("fitted on this setting", STAGES), ("fitted on this setting, no feedback stages", NO_FEEDBACK))[args.no_feedback:]:
             t = time.perf_counter()
             own = crossval.cross_validate([s], stages, fold_sets, sizes)[s.embedder]
             log(f"{s.dataset}/{s.embedder}: {label}: CV {own.mean:.3f} in {time.perf_counter() - t:.0f} s")
             rows.append((s, label, own))
-    joint, before = {}, {}
+    before: dict = {}
+    joint = before if args.no_feedback else {}
     for dataset in ("cranfield", "golden"):
         t = time.perf_counter()
-        joint.update({(dataset, e): h for e, h in crossval.cross_validate(settings, stages_all, fold_sets, sizes, held_out=dataset).items()})
-        before.update({(dataset, e): h for e, h in crossval.cross_validate(settings, NO_FEEDBACK, fold_sets, sizes, held_out=dataset).items()})
+        if not args.no_feedback:
+            joint.update({(dataset, e): h for e, h in crossval.cross_validate(fit_on, STAGES, fold_sets, sizes, held_out=dataset).items()})
+        before.update({(dataset, e): h for e, h in crossval.cross_validate(fit_on, NO_FEEDBACK, fold_sets, sizes, held_out=dataset).items()})
         log(f"joint CV held out {dataset} in {time.perf_counter() - t:.0f} s")
+    for s in (s for s in settings if s.embedder not in args.embedders):  # a candidate under each fold's choice, made without it
+        for rule in (joint, before):
+            picks, scores = rule[s.dataset, args.embedders[0]].picks, np.zeros(sizes[s.dataset])
+            for test, pick in zip(fold_sets[s.dataset], picks):
+                scores[test] = s.score(pick)[test]
+            rule[s.dataset, s.embedder] = crossval.HeldOut(s, scores, picks)
+    for s, (label, stages) in ((s, c) for s in fit_on for c in CALIBRATED[: 2 - args.no_sparse]):  # nested: inside each outer fold
+        scores, picks = np.zeros(sizes[s.dataset]), []
+        for test, default in zip(fold_sets[s.dataset], before[s.dataset, s.embedder].picks):
+            picks.append(crossval.calibrate(s, stages, default, np.setdiff1d(np.arange(sizes[s.dataset]), test)))
+            scores[test] = s.score(picks[-1])[test]
+        rows.append((s, label, crossval.HeldOut(s, scores, tuple(picks))))
+        log(f"{s.dataset}/{s.embedder}: {label}: {scores.mean():.3f}")
     alone = {}  # the rule fitted per embedder on both datasets: does a default of its own help an embedder?
-    for e in args.embedders:
+    for e in keys:
         mine = [s for s in settings if s.embedder == e]
         for dataset in ("cranfield", "golden"):
             alone.update({(dataset, e): crossval.cross_validate(mine, NO_FEEDBACK, fold_sets, sizes, held_out=dataset)[e]})
@@ -249,17 +290,18 @@ def main(argv: list[str] | None = None) -> int:
         if args.no_sparse and stages is WITH_SPARSE:
             continue
         for dataset in ("cranfield", "golden"):
-            for e, held in crossval.cross_validate(settings, stages, fold_sets, sizes, held_out=dataset, every=every).items():
+            for e, held in crossval.cross_validate(fit_on, stages, fold_sets, sizes, held_out=dataset, every=every).items():
                 rows.append((next(s for s in settings if (s.dataset, s.embedder) == (dataset, e)), label, held))
         log(f"{label}: done")
     for s in settings:
         rows.append((s, "default rule, no feedback stages", before[s.dataset, s.embedder]))
-        rows.append((s, "default rule (fitted on both datasets)", joint[s.dataset, s.embedder]))
+        if not args.no_feedback:
+            rows.append((s, "default rule (fitted on both datasets)", joint[s.dataset, s.embedder]))
         rows.append((s, "rule of this embedder alone (both datasets), no feedback stages", alone[s.dataset, s.embedder]))
     everything = {d: np.arange(n) for d, n in sizes.items()}
-    default = crossval.choose(settings, stages_all, everything)
-    default_before = crossval.choose(settings, NO_FEEDBACK, everything)
-    with_sparse = None if args.no_sparse else describe(crossval.choose(settings, WITH_SPARSE, everything))
+    default_before = crossval.choose(fit_on, NO_FEEDBACK, everything)
+    default = default_before if args.no_feedback else crossval.choose(fit_on, STAGES, everything)
+    with_sparse = None if args.no_sparse else describe(crossval.choose(fit_on, WITH_SPARSE, everything))
     log(f"default (joint rule on all queries): {describe(default)}; without the feedback stages: {describe(default_before)}; "
         f"with the SPLADE list: {with_sparse}")
 
@@ -287,12 +329,12 @@ def main(argv: list[str] | None = None) -> int:
         summary.append(f"- {s.dataset}/{s.embedder}: the default on all queries {fixed.mean():.3f} (in-sample, for reference only)")
 
     notes = []
-    for e in args.embedders:
+    for e in keys:
         held = joint["cranfield", e]
         diff, lo, hi, wins, losses = common.paired_difference(held.scores, peer_ndcg)
         notes.append(f"- cranfield/{e}, default rule held out: {held.mean:.3f} = {held.mean / peer_ndcg.mean():.2f}x the peer's "
                      f"{peer_ndcg.mean():.3f}; paired difference {diff:+.3f} [{lo:+.3f}, {hi:+.3f}], better on {wins} queries, worse on {losses}")
-    for s in settings:
+    for s in [] if args.no_feedback else fit_on:
         for label, fitted in (("default rule", (joint, before)),
                               ("fitted on this setting", ({(s.dataset, s.embedder): h for t, lab, h in rows if t is s and lab == "fitted on this setting"},
                                                           {(s.dataset, s.embedder): h for t, lab, h in rows
@@ -304,7 +346,7 @@ def main(argv: list[str] | None = None) -> int:
     conceptual = np.array([q.kind == "conceptual" for q in golden_set])
     by_label = {(s.dataset, s.embedder, label): h for s, label, h in rows}
     for e in args.embedders:
-        for label in ("default rule, no feedback stages", *RULES):
+        for label in ("default rule, no feedback stages", *RULES, *(label for label, _ in CALIBRATED)):
             if ("golden", e, label) not in by_label:
                 continue
             h, c = by_label["golden", e, label], by_label["cranfield", e, label]
@@ -312,22 +354,31 @@ def main(argv: list[str] | None = None) -> int:
             notes.append(f"- {e}, {label}: golden nDCG@10 held out {h.mean:.3f}, conceptual queries {h.scores[conceptual].mean():.3f}; "
                          f"cranfield {c.mean:.3f} = {c.mean / peer_ndcg.mean():.2f}x the peer, paired difference {diff:+.3f} [{lo:+.3f}, {hi:+.3f}]")
     for label, rule in (("default rule, no feedback stages", before), ("rule of this embedder alone", alone)):
-        for e in args.embedders:
+        for e in keys:
             scorer, recall10 = scorers["golden", e], np.zeros(len(golden_set))
             for test, pick in zip(fold_sets["golden"], rule["golden", e].picks):
                 recall10[test] = [recall_at_k(scorer.ranked(pick, i), scorer.relevant[i], 10) for i in test]
             notes.append(f"- golden/{e}, {label}: recall@10 held out {recall10.mean():.3f}, conceptual queries "
-                         f"{recall10[conceptual].mean():.3f} ({conceptual.sum()} queries)")
-    for e in args.embedders:
+                         f"{recall10[conceptual].mean():.3f} ({conceptual.sum()} queries); nDCG@10 held out on the conceptual "
+                         f"queries {rule['golden', e].scores[conceptual].mean():.3f}")
+    notes += [f"- golden/{e}: {golden_as_is(scorers['golden', e], conceptual, {c.chunk_id: c.doc_id for c in fixture_chunks})}" for e in keys]
+    for e in keys:
         rec = scorers["cranfield", e].recall(default, 100)
         notes.append(f"- cranfield/{e}: recall@100 of the default pipeline {rec.mean():.3f} against the peer's {peer_recall.mean():.3f}")
+    for e in keys:
+        load_s, rate, peak = common.embed_profile(e, [c.text for c in fixture_chunks])
+        notes.append(f"- {e} ({scorers['golden', e].embedder.name}): the fixture's {len(fixture_chunks)} chunks at {rate:.1f} texts/s "
+                     f"after {load_s:.1f} s to load and embed one, peak memory {peak:.0f} MB (own process; load average {common.load_average()})")
     text = "\n".join([
         "# Retrieval quality, cross-validated",
         "",
         f"Measured {dt.datetime.now(dt.timezone.utc):%Y-%m-%d %H:%M} UTC on {common.host_line()}; total run "
         f"{time.perf_counter() - started:.0f} s; code {common.code_version()}.",
-        "Reproduce: `uv run python -m benchmarks quality`.",
+        f"Reproduce: `uv run python -m benchmarks quality{' --no-feedback' * args.no_feedback}{' --no-sparse' * args.no_sparse}"
+        f"{''.join(' --candidates ' + ' '.join(args.candidates) for _ in args.candidates[:1])}`.",
         "",
+        *([f"Candidates (`--candidates`, never part of a fit): {', '.join(args.candidates)}; their `default rule` rows use each "
+           "fold's choice made without them."] if args.candidates else []),
         f"Folds: Cranfield {args.cranfield_folds} ({sizes['cranfield']} queries, distributed text), golden set "
         f"{args.golden_folds} ({sizes['golden']} queries), shuffled with seed 0. nDCG@10 (Cranfield: documents, a document at "
         "its best chunk; golden: chunks). Intervals: 95% bootstrap of the held-out mean, 10,000 resamples. "
@@ -339,7 +390,7 @@ def main(argv: list[str] | None = None) -> int:
         "",
         f"Default pipeline (the joint rule on every query of both datasets): **{describe(default)}** "
         f"(without the feedback stages: {describe(default_before)}; with the SPLADE list, no feedback stages: {with_sparse})."
-        + (" Run with --no-feedback: the feedback stages were skipped, and the rows naming them equal those without." if args.no_feedback else ""),
+        + (" Run with --no-feedback: the rules with the feedback stages were not fitted." if args.no_feedback else ""),
         *summary,
         "",
     ])

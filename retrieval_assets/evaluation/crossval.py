@@ -133,3 +133,24 @@ def cross_validate(settings: Sequence[Setting], stages: Sequence[Callable[[Confi
         for s in mine:
             scores[s.embedder][test] = s.score(pick)[test]
     return {s.embedder: HeldOut(s, scores[s.embedder], tuple(picks)) for s in mine}
+
+
+def calibrate(setting: Setting, stages: Sequence[Callable[[Config], Sequence[Config]]], default: Config,
+              queries: np.ndarray, *, k: int = 5, min_queries: int = 20) -> Config:
+    """The rule fitted on one corpus's own ``queries`` (indices into ``setting``'s scores), or ``default``.
+
+    The corpus's own choice (``choose`` on ``queries`` alone) replaces ``default`` only when it earns it there:
+    ``k``-fold cross-validation within ``queries`` scores both on each fold's held-out queries (the own rule
+    refitted without them), and the 95% bootstrap interval of the paired difference must lie above 0. With
+    fewer than ``min_queries`` queries the answer is ``default``, untried.
+    """
+    queries = np.asarray(queries)
+    if len(queries) < max(min_queries, 2 * k):
+        return default
+    own, base = np.zeros(len(queries)), setting.score(default)[queries]
+    for test in folds(len(queries), k):
+        pick = choose([setting], stages, {setting.dataset: queries[np.setdiff1d(np.arange(len(queries)), test)]})
+        own[test] = setting.score(pick)[queries[test]]
+    if bootstrap_interval(own - base)[0] <= 0:
+        return default
+    return choose([setting], stages, {setting.dataset: queries})
