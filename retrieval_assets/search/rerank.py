@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import functools
 import os
-import re
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -22,8 +21,8 @@ from retrieval_assets.search.fusion import normalise
 from retrieval_assets.index.fastembed_models import CROSS_ENCODER, fastembed_cache_dir, load_fastembed_model
 from retrieval_assets.params import DEFAULT
 from retrieval_assets.types import Chunk, Ranked
+from retrieval_assets.words import words
 
-_WORD = re.compile(r"\w+")
 
 
 class Reranker(Protocol):
@@ -40,7 +39,7 @@ def _ranked(chunks: Sequence[Chunk], scores: np.ndarray, top_k: int) -> list[Ran
 @functools.lru_cache(maxsize=20_000)
 def _word_counts(text: str) -> Counter[str]:
     """Lowercase ``\\w+`` word counts of a chunk text (cached: candidates recur across queries; read-only)."""
-    return Counter(_WORD.findall(text.lower()))
+    return Counter(words(text))
 
 
 @dataclass(frozen=True)
@@ -56,9 +55,9 @@ class CorpusStats:
         df: Counter[str] = Counter()
         total = 0
         for text in texts:
-            words = _WORD.findall(text.lower())
-            total += len(words)
-            df.update(set(words))
+            found = words(text)
+            total += len(found)
+            df.update(set(found))
         return cls(len(texts), dict(df), total / len(texts) if texts else 0.0)
 
 
@@ -75,7 +74,7 @@ class LexicalReranker:
         self.name = "bm25" if corpus is None else "bm25-corpus-idf"
 
     def scores(self, query: str, texts: Sequence[str]) -> np.ndarray:
-        terms = list(dict.fromkeys(_WORD.findall(query.lower())))
+        terms = list(dict.fromkeys(words(query)))
         if not texts:
             return np.zeros(0)
         if not terms:
