@@ -136,9 +136,9 @@ print(json.dumps({"outcome": outcome, "seconds": seconds, "active": running,
     assert child.stdout.readline().strip() == "searching"
     time.sleep(0.8)
     child.send_signal(signal.SIGINT)
-    out, _ = _finish(child, timeout=60)
+    out, err = _finish(child, timeout=90)
     got = json.loads(out.splitlines()[-1])
-    assert got["outcome"] == "interrupted" and got["seconds"] < 15 and got["active"] == 0 and got["after"] == 10, got
+    assert got["outcome"] == "interrupted" and got["seconds"] < 15 and got["active"] == 0 and got["after"] == 10, (got, err[-3000:])
 
 
 def test_a_session_ended_by_the_server_is_a_lost_connection_even_when_psycopg_reports_the_pipeline():
