@@ -117,6 +117,10 @@ def test_an_interrupted_search_cancels_the_statements_of_both_sessions(exact_ind
     both sessions' statements were cancelled, and the connection searches on. The halves sleep 30 s and the bound is 15 s:
     a hang check (waiting for the statements would take 30 s), not a speed figure, so a loaded machine passes."""
     code = CHILD + """
+import signal
+# Ctrl-C as in a terminal: a process started in the background of a non-interactive shell (CI's) inherits SIGINT
+# ignored, and Python then installs no KeyboardInterrupt handler; the search never saw the signal
+signal.signal(signal.SIGINT, signal.default_int_handler)
 slow = dense._EXACT_PART.replace("AS pages) AS size", "AS pages FROM pg_sleep(30)) AS size")
 assert slow != dense._EXACT_PART
 dense._EXACT_PART = slow
