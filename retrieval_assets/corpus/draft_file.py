@@ -19,7 +19,6 @@ from __future__ import annotations
 import dataclasses
 import fcntl
 import os
-import secrets
 import tempfile
 from collections import Counter
 from collections.abc import Iterator, Mapping, Sequence
@@ -31,6 +30,7 @@ import yaml
 
 from retrieval_assets.corpus import golden
 from retrieval_assets.corpus.drafting import DraftItem, DraftSet
+from retrieval_assets.replace import replaced
 from retrieval_assets.types import Document
 
 DRAFT_NAME = "golden.draft.yaml"
@@ -56,18 +56,10 @@ def _dump(data) -> str:
 
 
 def _replace(path: Path, text: str) -> None:
-    """Write ``text`` to a new file beside ``path`` and rename it over ``path``: the replaced file's permissions
-    are kept; a new file gets 0666 less the umask (the kernel applies it; mkstemp's 0600 is not the user's)."""
-    tmp = path.parent / f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}"
     try:
-        mode = path.stat().st_mode & 0o777 if path.exists() else None
-        with open(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666), "w", encoding="utf-8") as f:
+        with replaced(path, "w", encoding="utf-8") as f:
             f.write(text)
-        if mode is not None:
-            os.chmod(tmp, mode)
-        os.replace(tmp, path)
     except OSError as exc:
-        tmp.unlink(missing_ok=True)
         raise DraftFileError(f"{path}: cannot write ({exc.strerror or exc})") from None
 
 

@@ -10,6 +10,8 @@ from __future__ import annotations
 from collections import defaultdict
 from pathlib import Path
 
+from retrieval_assets.replace import replaced
+
 METRICS = (("recall_at_k", "recall@k"), ("mrr", "MRR"), ("ndcg_at_k", "nDCG@k"))
 
 
@@ -47,23 +49,15 @@ def plot(rows: list[dict], path: str | Path, title: str = "") -> Path:
 
 def save(fig, path: str | Path) -> Path:
     """Write a matplotlib figure as a PNG at ``path`` (its folder made) and close it. The file is replaced whole
-    (written beside it, then renamed), so a reader never sees half of it while another process writes the same plot."""
-    import os
-    import tempfile
-
+    (``replace.replaced``), so a reader never sees half of it while another process writes the same plot."""
     from matplotlib import pyplot as plt
 
     fig.tight_layout()
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, part = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".png", dir=path.parent)
     try:
-        with os.fdopen(fd, "wb") as out:
+        with replaced(path, "wb") as out:
             fig.savefig(out, format="png", dpi=90)
-        os.chmod(part, 0o644)  # as a plain write would leave it (mkstemp makes 0600)
-        os.replace(part, path)
     finally:
         plt.close(fig)
-        if os.path.exists(part):
-            os.unlink(part)
     return path
