@@ -12,6 +12,8 @@ line prints for it, and nothing else; any other error keeps its traceback, and s
 import os
 import sys
 
+from retrieval_assets.pg.errors import chain
+
 ENV_TRACEBACK = "RETRIEVAL_TRACEBACK"
 
 
@@ -36,13 +38,8 @@ def foreseen_names() -> set[str]:
 
 def foreseen(exc: BaseException | None) -> BaseException | None:
     """``exc`` or the first error it was raised from (``__cause__``, else ``__context__``) that is foreseen."""
-    kinds, seen = _foreseen(), set()
-    while exc is not None and id(exc) not in seen:
-        seen.add(id(exc))
-        if isinstance(exc, kinds):
-            return exc
-        exc = exc.__cause__ or exc.__context__
-    return None
+    kinds = _foreseen()
+    return next((e for e in chain(exc) if isinstance(e, kinds)), None)
 
 
 def sentence(exc: BaseException) -> str:

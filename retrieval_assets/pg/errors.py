@@ -5,7 +5,9 @@ Contract: ``connect_failure(exc, dsn, variable)`` is the ``ConnectError`` for a 
 (host, port and database, the server's reason and what to check in ``variable``); ``privilege_error(exc,
 conn)`` is the ``PrivilegeError`` for a refused privilege or a missing pgvector (the role, the database
 and the SQL that its owner or a superuser must run), or None for any other error; ``privileges(conn)``
-raises it for the statements of a block. Identifiers in the SQL shown are quoted by ``psycopg.sql``.
+raises it for the statements of a block; ``chain(exc)`` walks an error and those it was raised from (one
+walker for the search's lost-session test and the launcher's foreseen errors). Identifiers in the SQL shown
+are quoted by ``psycopg.sql``.
 """
 
 from __future__ import annotations
@@ -25,6 +27,15 @@ INSUFFICIENT_PRIVILEGE = "42501"
 EXTENSION_MISSING = ("0A000", "58P01")  # feature_not_supported (PG 16+), undefined_file (older): not installed
 DSN_VARIABLE = "$RETRIEVAL_DSN (or --dsn)"
 _PREFIX = re.compile(r'^(connection (failed|is bad): )?(connection to server (at|on socket) .*? failed: )?(FATAL:\s+)?')
+
+
+def chain(exc: BaseException | None) -> Iterator[BaseException]:
+    """``exc``, then each error it was raised from (``__cause__``, else ``__context__``), each once."""
+    seen: set[int] = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        yield exc
+        exc = exc.__cause__ or exc.__context__
 
 
 class PrivilegeError(ConnectError):

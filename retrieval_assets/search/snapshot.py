@@ -30,6 +30,7 @@ import psycopg
 from psycopg import pq, sql
 
 from retrieval_assets.pg import partners, server, sessions
+from retrieval_assets.pg.errors import chain
 
 T = TypeVar("T")
 TIMEOUT_MAX_MS = 2_147_483_647  # Postgres's largest statement_timeout (24.8 days): a larger limit is this one
@@ -162,13 +163,7 @@ def _lost(exc: BaseException) -> bool:
     """Whether the server ended the session (restart, ``pg_terminate_backend``) anywhere in ``exc``'s chain: psycopg
     can report it as the error leaving the pipeline ("cannot exit pipeline mode while busy") before libpq has seen
     the socket close, so the connection does not look broken yet."""
-    seen: set[int] = set()
-    while exc is not None and id(exc) not in seen:
-        if isinstance(exc, _SHUTDOWN):
-            return True
-        seen.add(id(exc))
-        exc = exc.__cause__ or exc.__context__
-    return False
+    return any(isinstance(e, _SHUTDOWN) for e in chain(exc))
 
 
 @contextlib.contextmanager
