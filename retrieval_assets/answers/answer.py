@@ -221,13 +221,11 @@ def sentence_table(query: str, chunks: Sequence[Chunk], scores: Sequence[float] 
             seen.add(key)
             candidates.append((sentence, n))
     counts = [support.stems(f"{c.text} {c.heading_path}") for c in chunks]
-    terms = support.content_terms(query)
     if stats is None:
-        stats = support.StemStats(len(chunks), {t: sum(bool(tf[t]) for tf in counts) for t in terms}, 1.0)
-    idf = {t: stats.idf(t) for t in terms}
-    mass = sum(idf.values()) or 1.0
+        stats = support.StemStats(len(chunks), {t: sum(bool(tf[t]) for tf in counts) for t in support.content_terms(query)}, 1.0)
+    idf = support.question_idf(query, stats)
     best = max(scores, default=0.0) if scores is not None else 0.0
-    claims = np.array([[1 / n, sum(v for t, v in idf.items() if tf[t]) / mass, max(scores[n - 1], 0.0) / best if best > 0 else 0.0]
+    claims = np.array([[1 / n, support.idf_share(idf, tf), max(scores[n - 1], 0.0) / best if best > 0 else 0.0]
                        for n, tf in enumerate(counts, 1)], dtype=float).reshape(-1, 3)
     return SentenceTable(candidates, _sentence_scores(query, [s for s, _ in candidates]), claims)
 
