@@ -14,7 +14,8 @@ holding its anchor ("cited sources relevant": the share of an answer's cited sou
 question counts as refused when the final answer is the refusal. The extractive answerer's picking (answer.Picking)
 is chosen per held-out corpus on the other two corpora's answerable questions, both embedders (choose_picking: the
 highest share of cited sources relevant among the settings that cite a relevant source for at most one question
-fewer than the best setting, on each training corpus and embedder); answer.PICKING is that choice on all three. The seed's BM25 floor (answer.SUPPORT_FLOOR) is shown beside it. --write-default fits each embedder's model on all
+fewer than the best setting, on each training corpus and embedder); answer.PICKING is that choice on all three.
+The seed's BM25 floor (answer.SUPPORT_FLOOR) is shown beside it. --write-default fits each embedder's model on all
 corpora (and one pooled over embedders) with the parameters chosen over them, into
 retrieval_assets/answers/support_defaults.json.
 """
