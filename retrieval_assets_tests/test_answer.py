@@ -20,7 +20,7 @@ from claude_agent_sdk import AssistantMessage, ClaudeAgentOptions, ResultMessage
 
 from retrieval_assets import pg
 
-from retrieval_assets.answers import answer, calibration, claude
+from retrieval_assets.answers import answer, calibration, claude, support
 
 from retrieval_assets.search import pipeline, rerank
 from retrieval_assets.answers import citations as cite
@@ -518,7 +518,8 @@ def test_answers_asset_with_the_extractive_answerer(resource, no_credentials):
         assert not made  # the asset stored it
         for i, question in enumerate(answers_defs.DEFAULT_QUESTIONS, 1):
             found = sources(conn, HashEmbedder(), question, schema=resource.schema("hash"))
-            expected = answer.extractive_answer(question, [c for c, _ in found], scores=[s for _, s in found], floor=0.0)
+            stats = support.stem_stats(pipeline.corpus_stats(conn, resource.schema("hash")))  # the corpus's idf, as respond's
+            expected = answer.extractive_answer(question, [c for c, _ in found], scores=[s for _, s in found], floor=0.0, stats=stats)
             assert meta[f"question_{i}/support"] >= cal.model.threshold
             assert meta[f"question_{i}/question"] == question
             assert meta[f"question_{i}/answer"] == expected.text
