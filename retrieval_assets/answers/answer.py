@@ -251,8 +251,8 @@ def pick(table: SentenceTable, picking: Picking = PICKING) -> list[int]:
 
 def extractive_answer(query: str, chunks: Sequence[Chunk], *, scores: Sequence[float] | None = None, min_support: int = 1,
                       floor: float = SUPPORT_FLOOR, stats: support.StemStats | None = None, picking: Picking = PICKING) -> Answer:
-    """An answer made of the sources' own sentences, each cited: the best sentence of each of the sources with the
-    strongest claim to answer (``pick``).
+    """An answer made of the sources' own sentences, each cited: the best sentence of the source with the strongest
+    claim to answer, and of each further source that earns its place (``pick``).
 
     Refuses as ``assemble`` does (below the floor) and when no sentence shares a content word with
     the question. Candidates are the prose sentences of the sources (``_is_sentence``: no code,
