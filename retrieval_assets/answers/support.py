@@ -20,7 +20,8 @@ an ``Evidence`` of numbers in [0, 1], each relative to the question itself, not 
   a reference.
 
 Words are ``words.content_words`` (``\\w+``, lowercase, no function words or bare numbers), stemmed by ``words.stem``; idf is
-``ln(1 + (N - df + 0.5) / (df + 0.5))`` over the corpus (a word it lacks gets the highest idf). ``SupportModel``
+``ln(1 + (N - df + 0.5) / (df + 0.5))`` over the corpus (a word it lacks gets the highest idf); ``idf_share`` is the one
+place that measures a share of the question's idf mass (coverage, sentence, known, the extractive answerer's claims). ``SupportModel``
 is a logistic regression over the evidence whose weights are never negative, so support never falls as
 any evidence rises; ``probability`` is in [0, 1] and ``supports`` compares it with the model's threshold.
 """
