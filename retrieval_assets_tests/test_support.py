@@ -279,16 +279,49 @@ PUSH = [chunk(1, "Pushes and pulls are described in general terms in this chapte
 
 
 def test_extractive_quotes_one_sentence_of_each_source_with_the_strongest_claim():
-    result = answer.extractive_answer("Why would a push be rejected?", PUSH, scores=[1.0, 9.0, 0.5], floor=0.0, stats=STATS)
+    every = answer.Picking((1.0, 2.0, 1.0), 3, 0.0)  # every source with a sentence sharing a word earns a place
+    result = answer.extractive_answer("Why would a push be rejected?", PUSH, scores=[1.0, 9.0, 0.5], floor=0.0, stats=STATS, picking=every)
     lines = result.text.splitlines()
     # the lead-in of a listing is a sentence; its source carries the question's words and the best score, so it comes first;
     # a colon that introduces nothing ("followed by:" at the end) is no sentence's end; a source without the words is left out
     assert lines == ["If a push would not fast-forward the remote branch, it is rejected with an error like: [2]",
                      "Pushes and pulls are described in general terms in this chapter of the manual. [1]"]
     assert result.faithfulness == Faithfulness((1, 2), 0, False)
+    shipped = answer.extractive_answer("Why would a push be rejected?", PUSH, scores=[1.0, 9.0, 0.5], floor=0.0, stats=STATS)
+    assert shipped.text.splitlines() == lines[:1]  # answer.PICKING: source 1's sentence (one word of the question) does not earn it
     one = answer.extractive_answer("Why would a push be rejected?", PUSH, floor=0.0, picking=answer.Picking((1.0, 0.0, 0.0), 1, 0.0))
     assert one.text.endswith("[1]") and len(one.text.splitlines()) == 1  # rank alone, one source: the first source's sentence
     assert answer.extractive_answer("zeppelin quagga", PUSH, floor=0.0).faithfulness.refused  # no sentence shares a content word
+
+
+SIGNING = [chunk(1, "To rotate the signing key, run the keys rotate command and restart the server."),
+           chunk(2, "Each key in the store has a name and a creation date."),
+           chunk(3, "The signing service reads its configuration when it starts.")]
+
+
+def test_a_further_source_is_quoted_only_when_it_earns_it():
+    question = "How do I rotate the signing key?"
+    # sources 2 and 3 share one word of the question each: their sentences score under half the best one's and their
+    # claims under half the first's, so the answer is the one sentence that answers (main's picking, weights (1, 2, 1),
+    # three sources, keep 0, quoted all three)
+    result = answer.extractive_answer(question, SIGNING, scores=[9.0, 4.0, 3.0], floor=0.0)
+    assert result.text == "To rotate the signing key, run the keys rotate command and restart the server. [1]"
+    assert len(answer.extractive_answer(question, SIGNING, scores=[9.0, 4.0, 3.0], floor=0.0,
+                                        picking=answer.Picking((1.0, 2.0, 1.0), 3, 0.0)).text.splitlines()) == 3
+    # a second source that holds the answer as well earns its place
+    also = [*SIGNING[:2], chunk(3, "Rotating the signing key also means copying the new key to every client.")]
+    lines = answer.extractive_answer(question, also, scores=[9.0, 4.0, 8.0], floor=0.0).text.splitlines()
+    assert [line[-3:] for line in lines] == ["[1]", "[3]"]
+
+
+def test_the_first_source_is_quoted_whatever_its_sentence_scores_and_the_others_by_both_rules():
+    table = answer.SentenceTable([("a", 1), ("b", 2), ("c", 3), ("d", 4)], np.array([1.0, 5.0, 4.0, 3.0]),
+                                 np.array([[1.0, 1.0, 1.0], [0.5, 0.2, 0.4], [0.33, 0.9, 0.9], [0.25, 0.1, 0.2]]))
+    rule = answer.Picking((1.0, 1.0, 1.0), sources=3, keep=0.5, claim=0.5)  # claims 3.0, 1.1, 2.13, 0.55
+    assert answer.pick(table, rule) == [0, 2]  # 1: the highest claim (its sentence under keep); 3: both rules met
+    assert answer.pick(table, dataclasses.replace(rule, claim=0.0)) == [0, 2, 1]  # by claim; 4 passes keep too, but three is all
+    assert answer.pick(table, dataclasses.replace(rule, keep=0.0, claim=0.8)) == [0]  # no further claim reaches 2.4
+    assert answer.pick(table, dataclasses.replace(rule, sources=1, claim=0.0, keep=0.0)) == [0]
 
 
 @settings(max_examples=150, deadline=None)

@@ -177,16 +177,16 @@ def calibrate_measured(m_q: Measured, m_off: Measured, off_folds: np.ndarray, de
         p_off[off_folds == f], t_off[off_folds == f] = supports[off_folds == f], model.threshold
     answered, refused = _rates(p_q, p_off, t_q, t_off)
     held_out = {"answerable": p_q.round(4).tolist(), "off_corpus": p_off.round(4).tolist()}
-    fallback = guarded(default, default.probabilities(m_off.features(reference)))
-    if not n_q:
-        return Calibration(fallback, tuple(reference.tolist()), "default", f"no answerable questions of its own: {origin}", 0, n_off,
-                           None, refused, None, held_out)
-    if answered >= SEPARATES and refused >= SEPARATES:
+    if n_q and answered >= SEPARATES and refused >= SEPARATES:
         X = np.vstack([m_q.features(reference), m_off.features(reference)])
         model = support.fit(X, np.r_[np.ones(n_q), np.zeros(n_off)], prior=default, l2=L2_CORPUS, threshold=default.threshold)
         return Calibration(guarded(model, model.probabilities(m_off.features(reference))), tuple(reference.tolist()), "corpus",
                            f"fitted on {n_q} questions of its own and {n_off} off-corpus questions, pulled towards {origin}", n_q, n_off,
                            answered, refused, True, held_out)
+    fallback = guarded(default, default.probabilities(m_off.features(reference)))  # only a corpus that keeps no fit of its own needs it
+    if not n_q:
+        return Calibration(fallback, tuple(reference.tolist()), "default", f"no answerable questions of its own: {origin}", 0, n_off,
+                           None, refused, None, held_out)
     a_default, r_default = _rates(*(fallback.probabilities(m.features(reference)) for m in (m_q, m_off)), fallback.threshold, fallback.threshold)
     note = (f"cannot separate: held out, a fit on its {n_q} questions answers {answered:.0%} of them and refuses {refused:.0%} of "
             f"{n_off} off-corpus questions (both must reach {SEPARATES:.0%}); no threshold of its own, answers use {origin} "

@@ -20,7 +20,8 @@ an ``Evidence`` of numbers in [0, 1], each relative to the question itself, not 
   a reference.
 
 Words are ``words.content_words`` (``\\w+``, lowercase, no function words or bare numbers), stemmed by ``words.stem``; idf is
-``ln(1 + (N - df + 0.5) / (df + 0.5))`` over the corpus (a word it lacks gets the highest idf). ``SupportModel``
+``ln(1 + (N - df + 0.5) / (df + 0.5))`` over the corpus (a word it lacks gets the highest idf); ``idf_share`` is the one
+place that measures a share of the question's idf mass (coverage, sentence, known, the extractive answerer's claims). ``SupportModel``
 is a logistic regression over the evidence whose weights are never negative, so support never falls as
 any evidence rises; ``probability`` is in [0, 1] and ``supports`` compares it with the model's threshold.
 """
@@ -31,7 +32,7 @@ import math
 import re
 import threading
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, fields
 
 import numpy as np
@@ -65,6 +66,18 @@ class StemStats:
     def idf(self, term: str) -> float:
         df = self.df.get(term, 0)
         return math.log(1 + (self.n - df + 0.5) / (df + 0.5))
+
+
+def question_idf(query: str, stats: StemStats) -> dict[str, float]:
+    """The question's content terms (``content_terms``) with their idf under ``stats``: the question's idf mass."""
+    return {t: stats.idf(t) for t in content_terms(query)}
+
+
+def idf_share(idf: Mapping[str, float], present: Mapping[str, int]) -> float:
+    """The share of the idf mass ``idf`` (``question_idf``) whose terms ``present`` counts above 0 (a text's ``stems``,
+    or a corpus's document frequencies); 0 for a question without mass."""
+    mass = sum(idf.values())
+    return sum(v for t, v in idf.items() if present.get(t, 0) > 0) / mass if mass > 0 else 0.0
 
 
 _STEMMED: dict[int, tuple[CorpusStats, StemStats]] = {}  # id -> (the stats, kept alive so the id stays theirs)
@@ -136,8 +149,7 @@ def evidence(query: str, vector: Sequence[Hit], text: Sequence[Hit], sources: Se
     """The evidence that ``sources`` (the pipeline's final chunks) answer ``query``, from the first-stage lists,
     the corpus's stem statistics and its ``reference`` cosines (see the contract). A question without content
     words has no lexical evidence."""
-    terms = content_terms(query)
-    idf = {t: stats.idf(t) for t in terms}
+    idf = question_idf(query, stats)
     mass = sum(idf.values())
     standout = 0.0
     if vector:
@@ -156,12 +168,10 @@ def evidence(query: str, vector: Sequence[Hit], text: Sequence[Hit], sources: Se
     for chunk in sources:
         tf = stems(chunk.text)
         norm = K1 * (1 - B + B * sum(tf.values()) / stats.avg_len)
-        coverage = max(coverage, sum(idf[t] for t in terms if tf[t]) / mass)
-        attained = max(attained, sum(idf[t] * tf[t] * (K1 + 1) / (tf[t] + norm) for t in terms if tf[t]) / ((K1 + 1) * mass))
-        for part in _SENTENCE.split(chunk.text):
-            words = stems(part)
-            sentence = max(sentence, sum(idf[t] for t in terms if words[t]) / mass)
-    known = sum(v for t, v in idf.items() if stats.df.get(t, 0) > 0) / mass
+        coverage = max(coverage, idf_share(idf, tf))
+        attained = max(attained, sum(v * tf[t] * (K1 + 1) / (tf[t] + norm) for t, v in idf.items() if tf[t]) / ((K1 + 1) * mass))
+        sentence = max([sentence] + [idf_share(idf, stems(part)) for part in _SENTENCE.split(chunk.text)])
+    known = idf_share(idf, stats.df)
     return Evidence(_unit(coverage), _unit(sentence), _unit(attained), _unit(known), standout, _unit(agreement), overlap, cosine)
 
 
