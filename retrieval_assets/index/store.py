@@ -26,7 +26,7 @@ from psycopg import sql
 
 from retrieval_assets import pg
 
-from retrieval_assets.index import bm25, bulk, repair
+from retrieval_assets.index import bm25, bulk, lexeme_rule, repair
 from retrieval_assets.index.copies import exact_copy, has_exact_copy, mirror
 from retrieval_assets.index.embed import Embedder
 from retrieval_assets.index.vector_index import HNSW, RECALL_TARGET, check_recall_target, vector_index
@@ -65,9 +65,10 @@ def create(conn: psycopg.Connection, schema: str, dims: int) -> None:
         conn.execute(statement(
             schema,
             """CREATE TABLE IF NOT EXISTS {chunks} ({columns},
-                 tsv tsvector GENERATED ALWAYS AS (to_tsvector('english', text)) STORED,
+                 tsv tsvector GENERATED ALWAYS AS ({tsv}) STORED,
                  embedding vector({dims}), PRIMARY KEY (chunk_id))""",
-            columns=_column_defs(), dims=sql.Literal(int(dims))))
+            columns=_column_defs(), tsv=sql.SQL(lexeme_rule.TSVECTOR), dims=sql.Literal(int(dims))))
+        lexeme_rule.migrate(conn, schema)  # a table from before today's rule
         if existing is None:  # a new table: the embedding inline, not in TOAST (exact scans 2.2x faster, bench_storage)
             conn.execute(statement(schema, "ALTER TABLE {chunks} ALTER COLUMN embedding SET STORAGE PLAIN"))
         conn.execute(statement(schema, """CREATE TABLE IF NOT EXISTS {vector_index} (
