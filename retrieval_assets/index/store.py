@@ -3,7 +3,8 @@
 Contract: every function names the partition's ``schema``; nothing is read through the
 search_path. ``create(conn, schema, dims)`` makes the schema and the seed's ``chunks`` table
 with an HNSW cosine index (left out once the table was chosen to scan exactly: ``vector_index``),
-its narrow ``fulltext`` copy with a GIN index (``copies``) and the BM25 postings (``bm25``);
+its narrow ``fulltext`` copy with a GIN index (``copies``) and the BM25 postings (``bm25``), the ``tsv``
+column under ``lexeme_rule`` (a table of an earlier rule is rewritten, nothing re-embedded);
 ``upsert`` writes chunks idempotently; ``sync`` makes the table equal to a set of chunks in one
 transaction (a single COPY into a staging table and one merge, under the writers' lock; an empty
 table receiving ``BULK_MIN`` chunks or more is loaded by ``bulk.load`` instead), re-embedding
