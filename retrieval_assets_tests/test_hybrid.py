@@ -9,7 +9,7 @@ from psycopg import sql
 from retrieval_assets.corpus import golden as golden_set
 from retrieval_assets import pg
 from retrieval_assets.evaluation import metrics
-from retrieval_assets.index import store
+from retrieval_assets.index import lexeme_rule, store
 from retrieval_assets.search import dense, fusion, hybrid, ts_rank, tsquery
 from retrieval_assets.params import RetrievalParams
 from retrieval_assets.index.tables import statement
@@ -166,7 +166,7 @@ def test_a_repeated_term_is_searched_once_with_the_same_scores(indexed, schema, 
     queries = ["re-ranking " * 4 + "cross-encoder re-ranking", "rank fusion " * 3 + '"rank fusion" -reciprocal -reciprocal',
                *(q.query + " " + q.query for q in golden[:12])]
     for query in queries:
-        text = conn.execute("SELECT websearch_to_tsquery('english', %s)::text", (query,)).fetchone()[0]
+        text = conn.execute(f"SELECT {lexeme_rule.tsquery('%s')}::text", (query,)).fetchone()[0]
         terms = tsquery._split_top_level(text)
         assert len(set(terms)) < len(terms), query
         pos = " | ".join(f"( {t} )" for t in terms if not t.startswith("!"))

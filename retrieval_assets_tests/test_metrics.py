@@ -25,17 +25,20 @@ from retrieval_assets.search.pipeline import Retriever
 from retrieval_assets.types import Chunk, GoldenQuery
 from retrieval_assets_tests.conftest import CORPUS
 
-# the seed's pipeline (params.SEED): stage -> (recall@10, precision@10, MRR, nDCG@10), measured 2026-12-02
+# the seed's pipeline (params.SEED): stage -> (recall@10, precision@10, MRR, nDCG@10), measured 2026-12-02;
+# its hybrid row again 2026-12-06 after index.lexeme_rule (MRR 0.531 -> 0.545, nDCG 0.591 -> 0.603)
 REFERENCE = {
-    "hybrid": (0.812, 0.094, 0.531, 0.591),
+    "hybrid": (0.812, 0.094, 0.545, 0.603),
     "rerank": (0.833, 0.096, 0.685, 0.710),
     "mmr": (0.854, 0.098, 0.678, 0.706),
 }
 POOL_RECALL_AT_50 = 0.906
 # the default pipeline (params.DEFAULT: bm25 list, z-score 0.4/0.6, rerank blend 0.4 with corpus idf,
-# no MMR, so "mmr" is the reranked top k), measured 2026-12-03; its pool recall is the same 0.906
+# no MMR, so "mmr" is the reranked top k), measured 2026-12-03; its pool recall is the same 0.906. The hybrid
+# row again 2026-12-06 after index.lexeme_rule (0.812, 0.094, 0.637, 0.680 before: one query's relevant chunk
+# left the fused top 10; the reranked rows unchanged)
 DEFAULT_REFERENCE = {
-    "hybrid": (0.812, 0.094, 0.637, 0.680),
+    "hybrid": (0.792, 0.092, 0.635, 0.674),
     "rerank": (0.865, 0.100, 0.694, 0.731),
     "mmr": (0.865, 0.100, 0.694, 0.731),
 }

@@ -49,7 +49,7 @@ from psycopg import sql
 
 from benchmarks import common
 from retrieval_assets.evaluation import evaluate
-from retrieval_assets.index import tables
+from retrieval_assets.index import lexeme_rule, tables
 from retrieval_assets.search import dense, fusion, hybrid, pipeline, rerank, ts_rank, tsquery
 from retrieval_assets.index.embed import HashEmbedder
 from retrieval_assets.params import DEFAULT, RetrievalParams
@@ -65,7 +65,7 @@ PEER = """
         FROM {chunks} ORDER BY embedding <=> %(q)s LIMIT %(n)s),
     keyword AS (
         SELECT chunk_id, row_number() OVER (ORDER BY ts_rank_cd(tsv, query, 32) DESC, chunk_id) AS rank
-        FROM {chunks}, websearch_to_tsquery('english', %(text)s) AS query
+        FROM {chunks}, """ + lexeme_rule.tsquery("%(text)s") + """ AS query
         WHERE tsv @@ query ORDER BY ts_rank_cd(tsv, query, 32) DESC, chunk_id LIMIT %(n)s)
     SELECT coalesce(semantic.chunk_id, keyword.chunk_id) AS chunk_id,
            coalesce(1.0 / (%(k)s + semantic.rank), 0.0) + coalesce(1.0 / (%(k)s + keyword.rank), 0.0) AS score
@@ -73,8 +73,8 @@ PEER = """
     ORDER BY score DESC, chunk_id LIMIT %(top)s"""
 # The same peer with the query's words ORed, as our lexical lists take them (phrases and negations
 # aside): it reads the text matches ours reads, so the ratio shows what is left beside that work.
-PEER_OR = PEER.replace("websearch_to_tsquery('english', %(text)s)",
-                       "CAST(replace(plainto_tsquery('english', %(text)s)::text, ' & ', ' | ') AS tsquery)")
+PEER_OR = PEER.replace(lexeme_rule.tsquery("%(text)s"),
+                       f"CAST(replace(plainto_tsquery('{lexeme_rule.CONFIG}', {lexeme_rule.parsed('%(text)s')})::text, ' & ', ' | ') AS tsquery)")
 # The OR peer reading our narrow full-text copy (store.create's ``fulltext``) instead of the chunk rows:
 # what is left of the difference once both read the same tables.
 PEER_OR_NARROW = PEER_OR.replace("FROM {chunks}, CAST", "FROM {fulltext}, CAST")

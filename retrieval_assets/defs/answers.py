@@ -35,7 +35,7 @@ class AnswersConfig(dg.Config):
     top_k: int = answer.SOURCES.k
     model: str | None = None  # Claude model; None: claude.MODEL
     # None: the corpus's calibrated support (its support_calibration); a number: the seed's BM25 floor instead
-    # (answer.SUPPORT_FLOOR = 6.95, calibrated on the fixture corpus alone)
+    # (answer.SUPPORT_FLOOR = 6.80, calibrated on the fixture corpus alone)
     support_floor: float | None = None
 
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 import psycopg
 from psycopg import sql
 
+from retrieval_assets.index import lexeme_rule
 from retrieval_assets.index.tables import exists, statement
 
 
@@ -97,7 +98,7 @@ def analyze(conn: psycopg.Connection, schema: str, *, chunks: bool = True) -> No
 # dictionaries), which is exact for any size and only paid by such chunks.
 _LENGTHS = """INSERT INTO {chunk_lengths} (chunk_id, len)
               SELECT c.chunk_id, CASE WHEN s.capped
-                  THEN (SELECT coalesce(sum(cardinality(d.lexemes)), 0) FROM ts_debug('english', c.text) d)
+                  THEN (SELECT coalesce(sum(cardinality(d.lexemes)), 0) FROM ts_debug('""" + lexeme_rule.CONFIG + "', " + lexeme_rule.parsed("c.text") + """) d)
                   ELSE s.len END
               FROM {chunks} c, LATERAL (
                   SELECT coalesce(sum(cardinality(l.positions)), 0) AS len,

@@ -3,7 +3,8 @@
 Contract: every function names the partition's ``schema``; nothing is read through the
 search_path. ``create(conn, schema, dims)`` makes the schema and the seed's ``chunks`` table
 with an HNSW cosine index (left out once the table was chosen to scan exactly: ``vector_index``),
-its narrow ``fulltext`` copy with a GIN index (``copies``) and the BM25 postings (``bm25``);
+its narrow ``fulltext`` copy with a GIN index (``copies``) and the BM25 postings (``bm25``), the ``tsv``
+column under ``lexeme_rule`` (a table of an earlier rule is rewritten, nothing re-embedded);
 ``upsert`` writes chunks idempotently; ``sync`` makes the table equal to a set of chunks in one
 transaction (a single COPY into a staging table and one merge, under the writers' lock; an empty
 table receiving ``BULK_MIN`` chunks or more is loaded by ``bulk.load`` instead), re-embedding
@@ -26,7 +27,7 @@ from psycopg import sql
 
 from retrieval_assets import pg
 
-from retrieval_assets.index import bm25, bulk, repair
+from retrieval_assets.index import bm25, bulk, lexeme_rule, repair
 from retrieval_assets.index.copies import exact_copy, has_exact_copy, mirror
 from retrieval_assets.index.embed import Embedder
 from retrieval_assets.index.vector_index import HNSW, RECALL_TARGET, check_recall_target, vector_index
@@ -65,9 +66,10 @@ def create(conn: psycopg.Connection, schema: str, dims: int) -> None:
         conn.execute(statement(
             schema,
             """CREATE TABLE IF NOT EXISTS {chunks} ({columns},
-                 tsv tsvector GENERATED ALWAYS AS (to_tsvector('english', text)) STORED,
+                 tsv tsvector GENERATED ALWAYS AS ({tsv}) STORED,
                  embedding vector({dims}), PRIMARY KEY (chunk_id))""",
-            columns=_column_defs(), dims=sql.Literal(int(dims))))
+            columns=_column_defs(), tsv=sql.SQL(lexeme_rule.TSVECTOR), dims=sql.Literal(int(dims))))
+        lexeme_rule.migrate(conn, schema)  # a table from before today's rule
         if existing is None:  # a new table: the embedding inline, not in TOAST (exact scans 2.2x faster, bench_storage)
             conn.execute(statement(schema, "ALTER TABLE {chunks} ALTER COLUMN embedding SET STORAGE PLAIN"))
         conn.execute(statement(schema, """CREATE TABLE IF NOT EXISTS {vector_index} (

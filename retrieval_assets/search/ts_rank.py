@@ -13,6 +13,7 @@ from collections.abc import Callable
 
 import psycopg
 
+from retrieval_assets.index import lexeme_rule
 from retrieval_assets.index.tables import statement
 from retrieval_assets.params import DEFAULT
 from retrieval_assets.search.tsquery import PARSED, clean, lexemes_of
@@ -51,7 +52,7 @@ def _tf_sums(lexemes: str, where: str = "") -> str:
 
 
 _PLAIN = "t !~ '[<!]' AND t !~ ''':'"  # of a query's websearch_to_tsquery text t: no phrase, negation, weight or prefix
-_TEXT = f"""WITH w AS MATERIALIZED (SELECT websearch_to_tsquery('english', %(query)s)::text AS t),
+_TEXT = f"""WITH w AS MATERIALIZED (SELECT {lexeme_rule.tsquery('%(query)s')}::text AS t),
          kind AS MATERIALIZED (SELECT {_PLAIN} AS plain, t !~ ''':' AS bounded FROM w),
          {PARSED},
          p AS MATERIALIZED (SELECT pos::tsquery AS q, neg::tsquery AS nq FROM parsed WHERE pos IS NOT NULL),
@@ -91,7 +92,7 @@ def _send_text(conn: psycopg.Connection, schema: str, query: str, n: int) -> Cal
 
 def plain_words(conn: psycopg.Connection, query: str) -> bool:
     """Whether ``text_search`` scores ``query`` from the postings alone (plain words: no phrase or negation)."""
-    return conn.execute(f"SELECT {_PLAIN} FROM CAST(websearch_to_tsquery('english', %s) AS text) AS t", (clean(query),)).fetchone()[0]
+    return conn.execute(f"SELECT {_PLAIN} FROM CAST({lexeme_rule.tsquery('%s')} AS text) AS t", (clean(query),)).fetchone()[0]
 
 
 def text_search(conn: psycopg.Connection, schema: str, query: str, n: int = DEFAULT.n) -> list[Hit]:

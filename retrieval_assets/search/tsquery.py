@@ -16,6 +16,7 @@ import re
 
 import psycopg
 
+from retrieval_assets.index import lexeme_rule
 from retrieval_assets.params import MAX_QUERY_NEGATIONS, limit_negations
 
 _LEXEME = re.compile(r"'((?:[^']|'')*)'")
@@ -68,7 +69,7 @@ def parse_query(conn: psycopg.Connection, query: str) -> tuple[str | None, str |
     """(positive terms ORed, negated terms ORed) as tsquery text, from websearch_to_tsquery; a term
     repeated in the query is kept once (ts_rank_cd merges a repeated operand's positions, so its score is
     the same, and its work grows with every operand)."""
-    text = conn.execute("SELECT websearch_to_tsquery('english', %s)::text", (clean(query),)).fetchone()[0]
+    text = conn.execute(f"SELECT {lexeme_rule.tsquery('%s')}::text", (clean(query),)).fetchone()[0]
     positive, negative = [], []
     for term in _split_top_level(text):
         if term.startswith("!"):
@@ -95,7 +96,7 @@ PARSED = """parsed AS MATERIALIZED (
           FROM (SELECT token, i, sep, count(*) FILTER (WHERE sep) OVER (ORDER BY i) AS part
                 FROM (SELECT m[1] AS token, i, m[1] IN ('&', '|') AND sum(CASE m[1] WHEN '(' THEN 1 WHEN ')' THEN -1 ELSE 0 END)
                                                                      OVER (ORDER BY i) = 0 AS sep
-                      FROM regexp_matches(websearch_to_tsquery('english', %(query)s)::text,
+                      FROM regexp_matches(""" + lexeme_rule.tsquery("%(query)s") + """::text,
                                           '''(?:[^'']|'''')*''|[()&|]|[^''()&|]+|''', 'g') WITH ORDINALITY AS t(m, i)
                      ) AS depths
                ) AS parts
