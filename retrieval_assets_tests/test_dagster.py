@@ -96,7 +96,7 @@ def test_definitions_load_with_jobs_schedule_and_partitions():
         "documents", "chunks", "golden_queries", "chunk_index", "eval_run", "failure_report", "what_ifs",
         "embedder_comparison", "eval_trend", "support_calibration", "answers")}
     job = FIXTURE_DEFS.resolve_job_def("evaluate_embedders")
-    assert job.partitions_def.get_partition_keys() == ["hash", "minilm", "bge-small"]
+    assert job.partitions_def.get_partition_keys() == ["hash", "minilm", "mpnet", "bge-small"]
     assert "what_ifs" not in {short(k) for k in job.asset_layer.executable_asset_keys}
     assert nightly_evaluation.default_status == dg.DefaultScheduleStatus.STOPPED
 
