@@ -300,7 +300,7 @@ def test_an_unknown_partition_is_refused_naming_the_valid_ones(resource):
     from dagster._core.errors import DagsterUnknownPartitionError
 
     before = history_rows(resource)
-    with pytest.raises(DagsterUnknownPartitionError, match="^unknown embedder 'nope': the embedder partitions are hash, minilm, bge-small$"):
+    with pytest.raises(DagsterUnknownPartitionError, match="^unknown embedder 'nope': the embedder partitions are hash, minilm, mpnet, bge-small$"):
         run(resource, partition="nope")
     assert history_rows(resource) == before
 

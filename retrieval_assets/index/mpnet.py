@@ -241,6 +241,7 @@ class MpnetEmbedder:
             options = ort.SessionOptions()
             options.intra_op_num_threads = self.threads
             options.add_session_config_entry("session.intra_op.allow_spinning", "0")  # waiting threads yield the shared cores
+            options.enable_cpu_mem_arena = False  # 32 texts of 384 pieces: peak 1.1 GB, with the arena 1.8 GB (no slower)
             self._model = (config, tokenizer, ort.InferenceSession(str(graph), options, providers=["CPUExecutionProvider"]))
         return self._model
 
