@@ -36,7 +36,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--before", default="1a8276a", help="the commit to compare with (default: main before the cache)")
     parser.add_argument("--out", default=str(common.RESULTS / "mpnet-load.md"), help="report path ('-': print only)")
     args = parser.parse_args(argv)
-    rows, spawn = [], multiprocessing.get_context("spawn")
+    rows, spawn, started = [], multiprocessing.get_context("spawn"), common.load_numbers()
     for label, before in ((f"before ({args.before})", args.before), ("this tree", None)):
         with tempfile.TemporaryDirectory(prefix="mpnet-load-") as cache:
             runs = []
@@ -52,9 +52,9 @@ def main(argv: list[str] | None = None) -> int:
     common.write_report("\n".join([
         "# all-mpnet-base-v2: load time and peak memory, cold and warm model cache", "",
         f"`uv run python -m benchmarks mpnet_load --before {args.before} --repeats {args.repeats}`, "
-        f"{common.machine()['date']} on {common.host_line()}; load average at the start {common.load_numbers()} (see the end); "
+        f"{common.machine()['date']} on {common.host_line()}; load average at the start {started}; "
         f"code {common.code_version()}.", "",
-        "| code | model cache | load, s (min-max) | peak resident MB | cache on disk, MB |", "|---|---|---:|---:|---:|", *rows, "",
+        "| code | model cache | load, s (min-max) | peak resident MiB | cache on disk, MiB |", "|---|---|---:|---:|---:|", *rows, "",
         f"Load average at the end: {common.load_numbers()} (2 cores shared with other work: seconds are indicative, memory is not "
         "affected).", ""]), args.out)
     return 0
