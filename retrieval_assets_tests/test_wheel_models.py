@@ -10,6 +10,7 @@ RECORD and one file), so no installed package is ever changed.
 from __future__ import annotations
 
 import base64
+import dataclasses
 import hashlib
 import importlib.metadata as md
 import io
@@ -134,6 +135,20 @@ def test_damaged_model_is_one_line_naming_the_package(fake_model, damage, expect
     with pytest.raises(ModelUnavailableError) as info:
         wheel_models.make("fake")
     assert str(info.value) == reason
+
+
+def test_a_model_with_its_own_cache_checks_sizes_and_hashes_before_it_extracts(fake_model, monkeypatch):
+    monkeypatch.setitem(wheel_models.WHEEL_MODELS, "fake", dataclasses.replace(wheel_models.WHEEL_MODELS["fake"], hashed=False))
+    fake_model.write_bytes(b"X" + fake_model.read_bytes()[1:])
+    assert wheel_models.missing("fake") is None  # sizes only: the model hashes its files when it reads them
+    with pytest.raises(ModelUnavailableError, match="does not match the sha256"):
+        wheel_models.WHEEL_MODELS["fake"].paths(True)
+    fake_model.write_bytes(fake_model.read_bytes()[:100])
+    assert "truncated or replaced" in wheel_models.missing("fake")
+    calls = []  # mpnet: availability reads sizes, its embedder's verify (run before an extraction) the hashes
+    monkeypatch.setattr(wheel_models, "wheel_file", lambda d, r, hashed=True: calls.append(hashed))
+    wheel_models.make("mpnet").verify()
+    assert calls == [False] * 5 + [True] * 5 and not wheel_models.WHEEL_MODELS["mpnet"].hashed
 
 
 def test_package_not_installed(monkeypatch):
