@@ -5,10 +5,10 @@ inside the wheel)``), what it is, and a factory. ``missing(name)`` says, without
 anything, why the model cannot load here (a file not installed, or not the bytes its wheel's
 RECORD lists: a truncated or replaced model), naming the package to install; ``None`` when it
 can. ``make(name)`` checks the same first and raises ``ModelUnavailableError`` with that one line,
-so a broken model never loads and nothing else is put in its place. A model read from a cache of
-its own (``mpnet``) has its files' sizes checked there and their hashes only when it fills the cache. Every embedder returns
-float32 rows of unit norm; ``embed`` is for passages, ``embed_query`` (when the model has
-one) for search queries, and nothing touches the network.
+so a broken model never loads and nothing else is put in its place; a model read from a cache of
+its own (``mpnet``) has its files' sizes checked there, their hashes only when it fills the cache.
+Every embedder returns float32 rows of unit norm; ``embed`` is for passages, ``embed_query`` (when
+the model has one) for search queries, and nothing touches the network.
 
 The models (licences, sizes and measured quality: docs/quality.md#embedders-from-pypi-wheels):
 
