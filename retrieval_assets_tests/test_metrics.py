@@ -195,7 +195,7 @@ def test_cli_report_failures_and_json(pg_dsn, tmp_path, capsys, default_evaluati
         (["--k", "0"], "k must be a positive integer"),
         (["--k", "60", "--n", "50"], "n must be at least k"),
         (["--mmr-lambda", "2"], "mmr_lambda must be within [0, 1]"),
-        (["--embedder", "word2vec"], "unknown embedder 'word2vec': the embedder partitions are hash, minilm, bge-small"),
+        (["--embedder", "word2vec"], "unknown embedder 'word2vec': the embedder partitions are hash, minilm, mpnet, bge-small"),
         (["--lexical", "tfidf"], "invalid choice"),
         (["--pipeline", "best"], "unknown pipeline 'best' (known: default, seed)"),
         (["--vector-weight", "1.5"], "weights must be two numbers within [0, 1]"),

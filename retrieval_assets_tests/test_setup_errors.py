@@ -241,8 +241,8 @@ def test_bad_input_is_the_same_sentence_in_one_line_and_writes_nothing(server, t
     code, lines = _launch(env, partitions.job_name("evaluate_embedders", name), partition)
     assert code != 0
     if case == "unknown partition":
-        assert sentence.endswith("unknown embedder 'nope': the embedder partitions are hash, minilm, bge-small")
-        assert lines == ["error: unknown embedder 'nope': the embedder partitions are hash, minilm, bge-small"]
+        assert sentence.endswith("unknown embedder 'nope': the embedder partitions are hash, minilm, mpnet, bge-small")
+        assert lines == ["error: unknown embedder 'nope': the embedder partitions are hash, minilm, mpnet, bge-small"]
         assert _runs(server) == runs  # refused before a run was made
         assert _written(server, name) == before == ([PREFIX + partitions.HISTORY], 0, 0)
         return

@@ -123,7 +123,7 @@ def test_graphql_lists_each_corpus_with_its_own_assets_groups_and_partitions(web
     assert set(nodes) == {f"{c}/{n}" for c in ("fixture", "harbour") for n in names} | {"cranfield_report", "harbour/golden_drafts"}
     assert nodes["harbour/golden_drafts"]["groupName"] == "harbour"  # a user corpus's drafts, beside its golden_queries
     for corpus in ("fixture", "harbour"):
-        assert nodes[f"{corpus}/eval_run"]["partitionKeys"] == ["hash", "minilm", "bge-small"]
+        assert nodes[f"{corpus}/eval_run"]["partitionKeys"] == ["hash", "minilm", "mpnet", "bge-small"]
         assert nodes[f"{corpus}/documents"]["partitionKeys"] == []
         groups = {n: nodes[f"{corpus}/{n}"]["groupName"] for n in names}
         assert groups == {**{n: corpus for n in names}, "answers": f"{corpus}_live", "support_calibration": f"{corpus}_live",

