@@ -6,7 +6,9 @@ config). ``choose`` applies the staged rule on training queries: the first stage
 best candidate, and each later stage is kept only when its best candidate raises the mean
 training score on every dataset. ``cross_validate`` runs the rule once per fold, scores the
 held-out queries with the fold's choice, and reports their mean with a bootstrap interval:
-no reported figure comes from parameters fitted on the queries it is measured on.
+no reported figure comes from parameters fitted on the queries it is measured on. ``calibrated`` keeps one
+corpus's own rule only where cross-validation within its queries shows it above a default (``Calibrated``: the
+choice, why, and the inner held-out scores); ``calibrate`` is its choice alone.
 """
 
 from __future__ import annotations
@@ -178,10 +180,10 @@ def calibrated(setting: Setting, stages: Sequence[Callable[[Config], Sequence[Co
     low = bootstrap_interval(own - base)[0]
     if low <= 0:
         return Calibrated(default, default, len(queries), f"the own rule is not above the default held out ({k}-fold CV within "
-                          f"{len(queries)} queries, the 95% interval of the paired difference reaches {low:+.4f})", own, base)
+                          f"{len(queries)} queries, the 95% interval of the paired difference starts at {low:+.4f}, not above 0)", own, base)
     choice = choose([setting], stages, {setting.dataset: queries})
     return Calibrated(choice, default, len(queries), f"the own rule is above the default held out ({k}-fold CV within "
-                      f"{len(queries)} queries, the 95% interval of the paired difference starts at {low:+.4f})", own, base)
+                      f"{len(queries)} queries, the 95% interval of the paired difference starts at {low:+.4f}, above 0)", own, base)
 
 
 def calibrate(setting: Setting, stages: Sequence[Callable[[Config], Sequence[Config]]], default: Config,

@@ -7,12 +7,16 @@ its queries puts the 95% interval of the paired held-out nDCG@10 difference abov
 ``MIN_QUERIES`` queries (or none: no golden.yaml) the rule is the default, untried, and ``Rule.reason`` says so.
 ``store`` keeps one rule per (corpus, embedder partition) in the history schema's ``retrieval_rules`` table (launches
 storing at once take turns on an advisory lock; the later one's is kept); ``stored`` reads it back (None: none
-stored). ``for_search`` gives the parameters a search or an answer runs with: the stored rule's choice over
+stored). ``for_index`` reuses the stored rule when its ``fingerprint`` (index version, golden queries, default,
+candidates, folds) is this one's (the fit is deterministic: the same inputs choose the same rule), else fits and
+stores. ``for_search`` gives the parameters a search or an answer runs with: the stored rule's choice over
 ``staged_rule.FIELDS`` on top of the caller's base, or the base when none is stored or it is ignored, and a line saying which.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 
@@ -24,13 +28,13 @@ from psycopg.types.json import Jsonb
 from retrieval_assets.corpus.golden import relevant_sets
 from retrieval_assets.evaluation import crossval, staged_rule
 from retrieval_assets.params import DEFAULT, RetrievalParams
-from retrieval_assets.search import pipeline
+from retrieval_assets.search import pipeline, snapshot
 from retrieval_assets.types import Chunk, GoldenQuery
 
 TABLE = "retrieval_rules"  # in the history schema (partitions.HISTORY, after the prefix)
 MIN_QUERIES = 20  # fewer judged queries: the default, untried
 FOLDS = 5  # the inner cross-validation's folds
-VERSION = 1  # of the stored form: a row of another version is not read
+VERSION = 1  # of the stored form and the fit: a row of another version is not read
 
 
 @dataclass(frozen=True)
@@ -49,6 +53,7 @@ class Rule:
     difference: float | None = None  # held_out - default_ndcg, paired ...
     interval: tuple[float, float] | None = None  # ... and its 95% bootstrap interval
     in_sample: float | None = None  # the chosen rule's nDCG@10 on every query it was fitted on (in-sample for an own rule)
+    fingerprint: str = ""  # what the fit depended on (``fingerprint``)
 
     @property
     def description(self) -> str:
@@ -72,24 +77,45 @@ class Rule:
         return f"{self.corpus}/{self.partition}: {which} ({self.reason}){cv}"
 
 
+def fingerprint(conn: psycopg.Connection, schema: str, golden: Sequence[GoldenQuery], key: str) -> str:
+    """What a fit depends on: the index's version, the golden queries, params.DEFAULT, the candidates and the folds."""
+    parts = [VERSION, key, schema, list(pipeline.index_version(conn, schema)), [asdict(q) for q in golden], repr(DEFAULT),
+             [stage(crossval.config()) for stage in staged_rule.NO_FEEDBACK], FOLDS, MIN_QUERIES]
+    return hashlib.sha256(json.dumps(parts, default=str).encode()).hexdigest()
+
+
 def fit(conn: psycopg.Connection, schema: str, embedder, chunks: Sequence[Chunk], golden: Sequence[GoldenQuery], corpus: str,
         key: str) -> Rule:
     """The corpus's rule on the index in ``schema`` (see the contract); ``chunks``: the indexed chunks (the rerank's corpus idf)."""
+    fp = fingerprint(conn, schema, golden, key)
     if not golden:
-        return Rule(corpus, key, DEFAULT, True, 0, "no judged queries (no golden.yaml, or an empty one): the default, untried", schema)
+        return Rule(corpus, key, DEFAULT, True, 0, "no judged queries (no golden.yaml, or an empty one): the default, untried", schema,
+                    fingerprint=fp)
     rel = relevant_sets(conn, schema, golden)
     scorer = staged_rule.Scorer(conn, schema, embedder, chunks, [q.query for q in golden], [rel[q.query_id] for q in golden], DEFAULT,
                                 search=pipeline.retriever(conn, schema, embedder, DEFAULT))
     setting = crossval.Setting(corpus, key, scorer.ndcg)
-    found = crossval.calibrated(setting, staged_rule.NO_FEEDBACK, staged_rule.config_of(DEFAULT), np.arange(len(golden)), k=FOLDS,
-                                min_queries=MIN_QUERIES)
+    with snapshot.search(conn):  # every run reads this one snapshot, and joins its transaction instead of opening its own
+        found = crossval.calibrated(setting, staged_rule.NO_FEEDBACK, staged_rule.config_of(DEFAULT), np.arange(len(golden)), k=FOLDS,
+                                    min_queries=MIN_QUERIES)
+        in_sample = float(setting.score(found.choice).mean())
     params = staged_rule.params_of(found.choice, DEFAULT)
-    in_sample = float(setting.score(found.choice).mean())
     if found.difference is None:
-        return Rule(corpus, key, params, found.kept_default, found.queries, found.reason, schema, in_sample=in_sample)
+        return Rule(corpus, key, params, found.kept_default, found.queries, found.reason, schema, in_sample=in_sample, fingerprint=fp)
     diff, low, high = found.difference
     return Rule(corpus, key, params, found.kept_default, found.queries, found.reason, schema, float(found.own.mean()),
-                float(found.base.mean()), diff, (low, high), in_sample)
+                float(found.base.mean()), diff, (low, high), in_sample, fp)
+
+
+def for_index(conn: psycopg.Connection, history: str, schema: str, embedder, chunks: Sequence[Chunk], golden: Sequence[GoldenQuery],
+              corpus: str, key: str, *, refit: bool = False) -> tuple[Rule, str | None]:
+    """The stored rule when it was fitted on these inputs (and when it was stored), else a new one, stored (and None)."""
+    found = None if refit else stored(conn, history, corpus, key)
+    if found is not None and found[0].fingerprint == fingerprint(conn, schema, golden, key):
+        return found
+    rule = fit(conn, schema, embedder, chunks, golden, corpus, key)
+    store(conn, history, rule)
+    return rule, None
 
 
 def _table(history: str) -> sql.Identifier:
@@ -132,7 +158,7 @@ def for_search(conn: psycopg.Connection, history: str, corpus: str, key: str, ba
     found = stored(conn, history, corpus, key)
     if found is None:
         return base, (f"retrieval rule: params.DEFAULT (no calibrated rule stored for corpus {corpus}, embedder {key}: "
-                      f"python -m retrieval_assets calibrate makes one)")
+                      f"the retrieval_rule asset or python -m retrieval_assets calibrate makes one)")
     rule, when = found
     if rule.kept_default:
         return base, f"retrieval rule: params.DEFAULT, kept by the calibration of {when} UTC ({rule.reason})"
