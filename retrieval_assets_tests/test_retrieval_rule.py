@@ -13,6 +13,7 @@ import yaml
 from psycopg import sql
 
 from retrieval_assets import cli, partitions, pg
+from retrieval_assets.corpus import registry
 from retrieval_assets.corpus.registry import FIXTURE_CORPUS
 from retrieval_assets.defs.resources import CorpusResource, PostgresResource
 from retrieval_assets.evaluation import crossval, retrieval_rule, staged_rule
@@ -184,3 +185,7 @@ def test_calibrate_command_stores_what_the_asset_would(pg_dsn, prefixed, capsys,
     with pg.connect(pg_dsn) as conn:
         rule, _ = retrieval_rule.stored(conn, HISTORY, name, "hash")
     assert rule.queries == 12 and rule.schema == partitions.schema_name("hash", "cli", PREFIX, corpus=name)
+    with pg.connect(pg_dsn) as conn:  # removing the corpus removes its rule with its history
+        registry.add(conn, HISTORY, name, folder)
+        registry.remove(conn, HISTORY, name, PREFIX)
+        assert retrieval_rule.stored(conn, HISTORY, name, "hash") is None

@@ -83,9 +83,9 @@ def answer_assets(corpus: Corpus) -> list[dg.AssetsDefinition]:
         kinds={"python", "postgres"},
         group_name=group(corpus, "live"), key_prefix=[corpus.name], required_resource_keys={"corpus", "postgres"},
         deps=[dg.AssetDep(key(corpus, "chunk_index")), dg.AssetDep(key(corpus, "retrieval_rule"))],
-        description="The support model answers use on this corpus and embedder (the sources of its retrieval rule): fitted on the corpus's golden questions against "
-        "the shipped off-corpus questions (or the cross-corpus default where it has none), with its held-out reliability "
-        "(answer rate, refusal rate) and a reliability plot; stored in the partition's schema.",
+        description="The support model answers use on this corpus and embedder (their sources retrieved by its retrieval rule): "
+        "fitted on the corpus's golden questions against the shipped off-corpus questions (or the cross-corpus default where it "
+        "has none), with its held-out reliability (answer rate, refusal rate) and a reliability plot; stored in the partition's schema.",
     )
     def support_calibration(context: dg.AssetExecutionContext) -> dg.MaterializeResult:
         postgres: PostgresResource = context.resources.postgres
@@ -99,7 +99,8 @@ def answer_assets(corpus: Corpus) -> list[dg.AssetsDefinition]:
         path = reliability.plot(cal, Path(files.report_path(corpus.name, partition)).with_name("support_calibration.png"),
                                 f"corpus {corpus.name}, {partition}: support ({cal.source})")
         image = base64.b64encode(path.read_bytes()).decode()
-        return dg.MaterializeResult(metadata={**calibration_metadata(cal), "retrieval_rule": rule, "plot": dg.MetadataValue.md(f"![reliability](data:image/png;base64,{image})"),
+        return dg.MaterializeResult(metadata={**calibration_metadata(cal), "retrieval_rule": rule,
+                                              "plot": dg.MetadataValue.md(f"![reliability](data:image/png;base64,{image})"),
                                               "path": dg.MetadataValue.path(str(path))})
 
     @dg.asset(
