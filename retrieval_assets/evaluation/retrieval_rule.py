@@ -27,7 +27,7 @@ from psycopg.types.json import Jsonb
 
 from retrieval_assets.corpus.golden import relevant_sets
 from retrieval_assets.evaluation import crossval, staged_rule
-from retrieval_assets.params import DEFAULT, RetrievalParams
+from retrieval_assets.params import DEFAULT, SEED, RetrievalParams
 from retrieval_assets.search import pipeline, snapshot
 from retrieval_assets.types import Chunk, GoldenQuery
 
@@ -93,7 +93,7 @@ def fit(conn: psycopg.Connection, schema: str, embedder, chunks: Sequence[Chunk]
                     fingerprint=fp)
     rel = relevant_sets(conn, schema, golden)
     scorer = staged_rule.Scorer(conn, schema, embedder, chunks, [q.query for q in golden], [rel[q.query_id] for q in golden], DEFAULT,
-                                search=pipeline.retriever(conn, schema, embedder, DEFAULT))
+                                search=pipeline.retriever(conn, schema, embedder, SEED))  # its vector search; the scorer brings its rerankers
     setting = crossval.Setting(corpus, key, scorer.ndcg)
     with snapshot.search(conn):  # every run reads this one snapshot, and joins its transaction instead of opening its own
         found = crossval.calibrated(setting, staged_rule.NO_FEEDBACK, staged_rule.config_of(DEFAULT), np.arange(len(golden)), k=FOLDS,
@@ -135,14 +135,18 @@ def store(conn: psycopg.Connection, history: str, rule: Rule) -> None:
 
 
 def stored(conn: psycopg.Connection, history: str, corpus: str, key: str) -> tuple[Rule, str] | None:
-    """The rule stored for ``corpus`` and partition ``key``, with when it was stored (UTC, to the minute); None when none is."""
+    """The rule stored for ``corpus`` and partition ``key``, with when it was stored (UTC, to the minute); None when none is
+    (or its parameters no longer validate)."""
     if not conn.execute("SELECT to_regclass(%s) IS NOT NULL", (_table(history).as_string(conn),)).fetchone()[0]:
         return None
     row = conn.execute(sql.SQL("SELECT rule, to_char(created_at AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI') FROM {} "
                                "WHERE corpus = %s AND partition = %s").format(_table(history)), (corpus, key)).fetchone()
     if row is None or row[0].get("version") != VERSION:
         return None
-    return Rule.from_dict(row[0]), row[1]
+    try:
+        return Rule.from_dict(row[0]), row[1]
+    except (TypeError, ValueError):  # parameters this code no longer takes: as if none were stored (the next fit replaces it)
+        return None
 
 
 def applied(rule: Rule, base: RetrievalParams) -> RetrievalParams:
