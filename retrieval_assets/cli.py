@@ -168,7 +168,8 @@ def _answer(conn, args, documents, chunks, out) -> None:
     except ValueError as exc:
         raise UsageError(str(exc)) from None
     params, rule = cli_rule.ruled_params(conn, args)
-    print(rule, file=sys.stderr)
+    if params != pipeline_params(args):  # said only when a calibrated rule changed the retrieval
+        print(rule, file=sys.stderr)
     schema, embedder, _ = index_corpus(conn, args, chunks)
     retriever = pipeline.retriever(conn, schema, embedder, params)
     if args.floor is not None:  # the seed's path

@@ -2,9 +2,10 @@
 
 Contract: ``calibrate`` indexes the corpus into the command-line schema, fits its retrieval rule on its golden.yaml
 (``retrieval_rule.for_index``: reused when fitted on the same index version and queries, unless ``--refit``) and stores
-it for the corpus and embedder, where the ``<corpus>/retrieval_rule`` asset stores it too (the later one's is kept). ``ruled_params`` gives ``search`` and ``answer`` the stored rule under
-``--pipeline default`` (the pipeline options still override it), ``params.DEFAULT`` when none is stored or with
-``--ignore-rule``, and the line saying which (printed on stderr). A corpus folder without golden.yaml is a
+it for the corpus and embedder, where the ``<corpus>/retrieval_rule`` asset stores it too (the later one's is kept).
+``ruled_params`` gives ``search`` and ``answer`` the stored rule under ``--pipeline default`` (the pipeline options
+still override it), ``params.DEFAULT`` when none is stored or with ``--ignore-rule``, and the line saying which,
+printed on stderr (by ``answer`` only when a calibrated rule changed its retrieval). A corpus folder without golden.yaml is a
 ``UsageError`` for ``calibrate``.
 """
 
