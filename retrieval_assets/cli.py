@@ -3,7 +3,8 @@
 Commands: ``index`` (sync a corpus into a partition's command-line schema; with
 ``--check-vector-index``, choose its vector search by measured recall), ``evaluate`` (the
 golden-set report), ``diagnose`` (the failure report with what-ifs), ``chunk-stats`` (corpus
-statistics), ``answer`` (an extractive cited answer), ``golden draft|review`` (drafted golden sets,
+statistics), ``answer`` (an extractive cited answer), ``search`` (the top chunks of a query) and ``calibrate``
+(the corpus's retrieval rule, which ``search`` and ``answer`` use: ``cli_rule``), ``golden draft|review`` (drafted golden sets,
 ``corpus.golden_command``), and over the assets' history ``runs``
 (the latest evaluations) and ``diff`` (per-query changes between two runs). Every command indexes into
 ``partitions.schema_name(embedder, "cli", corpus=...)`` (after ``$RETRIEVAL_SCHEMA_PREFIX``), never the
@@ -19,7 +20,7 @@ import sys
 import uuid
 from pathlib import Path
 
-from retrieval_assets import params, partitions, pg
+from retrieval_assets import cli_rule, partitions, pg
 
 from retrieval_assets.answers import answer, calibration, respond
 
@@ -27,17 +28,13 @@ from retrieval_assets.corpus import command as corpus_command, golden, golden_co
 
 from retrieval_assets.evaluation import diagnose, evaluate, history, regression
 
-from retrieval_assets.index import chunker, store, vector_index
+from retrieval_assets.index import chunker, vector_index
 
 from retrieval_assets.search import pipeline
 from retrieval_assets.corpus.datasets import DatasetError
 from retrieval_assets.index.fastembed_models import ModelUnavailableError
-from retrieval_assets.params import DEFAULT, FUSION, LEXICAL, PIPELINES, RERANK_FUSION, RetrievalParams
-
-
-
-class UsageError(Exception):
-    """A bad command-line argument; printed as one line."""
+from retrieval_assets.params import DEFAULT, FUSION, LEXICAL, PIPELINES, RERANK_FUSION
+from retrieval_assets.cli_args import UsageError, chunks_of, index_corpus, pipeline_params
 
 
 class _Parser(argparse.ArgumentParser):
@@ -62,6 +59,8 @@ def _parser() -> argparse.ArgumentParser:
         "diagnose": "index, then print the failure report with its what-if experiments",
         "chunk-stats": "print corpus statistics as JSON",
         "answer": "index, then answer a question from the corpus with cited source sentences",
+        "search": "index, then print the top chunks of a query (the corpus's calibrated retrieval rule when stored)",
+        "calibrate": "index, then fit the corpus's retrieval rule on its golden.yaml and store it for search and answer",
     }
     corpus_command.add_parser(commands)
     golden_command.add_parser(commands)
@@ -84,6 +83,9 @@ def _parser() -> argparse.ArgumentParser:
             continue
         p.add_argument("--embedder", default="hash", type=_partition, help=f"embedder partition: {', '.join(partitions.PARTITIONS)}")
         p.add_argument("--dsn", default=None, help="Postgres DSN (default: $RETRIEVAL_DSN, else the embedded server)")
+        if name == "calibrate":
+            p.add_argument("--refit", action="store_true", help="fit again even when the stored rule was fitted on this index and golden.yaml")
+            continue
         if name == "index":
             p.add_argument("--check-vector-index", action="store_true",
                            help="after the sync, measure the HNSW index's recall and keep it or scan exactly "
@@ -112,8 +114,10 @@ def _parser() -> argparse.ArgumentParser:
             p.add_argument("--json", metavar="PATH", help="also write the numbers as JSON ('-' for stdout)")
         elif name == "diagnose":
             p.add_argument("--no-what-if", action="store_true", help="skip the what-if experiments")
-        elif name == "answer":
-            p.add_argument("question")
+        if name in ("answer", "search"):
+            p.add_argument("question" if name == "answer" else "query")
+            p.add_argument("--ignore-rule", action="store_true", help="params.DEFAULT even when a calibrated retrieval rule is stored")
+        if name == "answer":
             p.add_argument("--floor", type=float, default=None,
                            help="refuse below this BM25 support instead (the seed's floor: "
                                 f"{answer.SUPPORT_FLOOR}, fitted on the fixture corpus); default: the corpus's calibrated support "
@@ -121,44 +125,10 @@ def _parser() -> argparse.ArgumentParser:
     return top
 
 
-def _params(args) -> RetrievalParams:
-    """The named pipeline with the command line's overrides."""
-    changes = {"k": args.k, "n": args.n}
-    if args.vector_weight is not None:
-        changes["weights"] = (args.vector_weight, round(1 - args.vector_weight, 12))
-    changes.update({name: value for name, value in (("lexical", args.lexical), ("fusion", args.fusion),
-                                                     ("rerank_weight", args.rerank_weight), ("rerank_fusion", args.rerank_fusion),
-                                                     ("mmr_lambda", args.mmr_lambda),
-                                                     ("prf_docs", args.prf_docs), ("prf_terms", args.prf_terms),
-                                                     ("prf_weight", args.prf_weight), ("prf_beta", args.prf_beta))
-                    if value is not None})
-    if args.no_mmr:
-        changes["mmr_lambda"] = None
-    if args.corpus_idf:
-        changes["rerank_idf"] = "corpus"
-    try:
-        return params.named(args.pipeline).with_(**changes)
-    except ValueError as exc:
-        raise UsageError(str(exc)) from None
-
-
-def _chunks(args, documents):
-    return [c for d in documents for c in chunker.chunk(d, max_chars=args.max_chars, overlap=args.overlap)]
-
-
-def _index(conn, args, chunks):
-    """Sync ``chunks`` into the embedder's command-line schema of the corpus (``cli_hash`` for the
-    fixture, ``<corpus name>__cli_hash`` for another folder): (schema, embedder, sync report)."""
-    embedder = partitions.embedder(args.embedder)
-    schema = partitions.schema_name(args.embedder, "cli", partitions.env_prefix(), corpus=partitions.corpus_name_for(args.corpus))
-    store.create(conn, schema, embedder.dims)
-    return schema, embedder, store.sync(conn, schema, chunks, embedder)
-
-
 def _evaluate(conn, args, documents, chunks, out) -> None:
-    params = _params(args)
+    params = pipeline_params(args)
     gold = golden.load_golden(Path(args.corpus) / "golden.yaml", documents)
-    schema, embedder, _ = _index(conn, args, chunks)
+    schema, embedder, _ = index_corpus(conn, args, chunks)
     ev = evaluate.evaluate_pipelines(conn, pipeline.retriever(conn, schema, embedder, params), gold, params)
     if args.failures:
         print("query_id\tkind\tbest_rank", file=out)
@@ -179,9 +149,9 @@ def _evaluate(conn, args, documents, chunks, out) -> None:
 
 
 def _diagnose(conn, args, documents, chunks, out) -> None:
-    params = _params(args)
+    params = pipeline_params(args)
     gold = golden.load_golden(Path(args.corpus) / "golden.yaml", documents)
-    schema, embedder, _ = _index(conn, args, chunks)
+    schema, embedder, _ = index_corpus(conn, args, chunks)
     retriever = pipeline.retriever(conn, schema, embedder, params)
     misses = diagnose.diagnose(conn, retriever, gold, params)
     what_ifs = [] if args.no_what_if else diagnose.what_if(
@@ -197,8 +167,10 @@ def _answer(conn, args, documents, chunks, out) -> None:
             answer.check_floor(args.floor, "--floor")
     except ValueError as exc:
         raise UsageError(str(exc)) from None
-    params = _params(args)
-    schema, embedder, _ = _index(conn, args, chunks)
+    params, rule = cli_rule.ruled_params(conn, args)
+    if params != pipeline_params(args):  # said only when a calibrated rule changed the retrieval
+        print(rule, file=sys.stderr)
+    schema, embedder, _ = index_corpus(conn, args, chunks)
     retriever = pipeline.retriever(conn, schema, embedder, params)
     if args.floor is not None:  # the seed's path
         found = answer.sources(conn, retriever, args.question, params)
@@ -264,7 +236,7 @@ def run(argv: list[str] | None = None, out=None) -> int:
     if args.command == "chunk-stats":
         print(json.dumps(chunker.stats(documents, max_chars=args.max_chars, overlap=args.overlap), indent=2), file=out)
         return 0
-    chunks = _chunks(args, documents)
+    chunks = chunks_of(args, documents)
     if args.command == "index":
         try:
             vector_index.check_recall_target(args.recall_target)
@@ -272,7 +244,7 @@ def run(argv: list[str] | None = None, out=None) -> int:
             raise UsageError(f"--recall-target: {exc}") from None
     with pg.connect(args.dsn) as conn, pg.privileges(conn):
         if args.command == "index":
-            schema, embedder, report = _index(conn, args, chunks)
+            schema, embedder, report = index_corpus(conn, args, chunks)
             print(f"{schema}: {report.inserted} inserted, {report.updated} updated, {report.deleted} deleted, "
                   f"{report.unchanged} unchanged, {report.embedded} embedded ({embedder.name})", file=out)
             if args.check_vector_index:
@@ -282,7 +254,8 @@ def run(argv: list[str] | None = None, out=None) -> int:
             print(f"vector search: {chosen.kind}: {chosen.reason}" if chosen else
                   "vector search: hnsw, not checked (a bulk load checks it; --check-vector-index does now)", file=out)
         else:
-            {"evaluate": _evaluate, "diagnose": _diagnose, "answer": _answer}[args.command](conn, args, documents, chunks, out)
+            {"evaluate": _evaluate, "diagnose": _diagnose, "answer": _answer, "search": cli_rule.search,
+             "calibrate": cli_rule.calibrate}[args.command](conn, args, documents, chunks, out)
     return 0
 
 

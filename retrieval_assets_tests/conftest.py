@@ -103,3 +103,32 @@ def cli_schemas(monkeypatch, pg_dsn, schema):
     with pg.connect(pg_dsn, autocommit=True) as admin:
         for name in names:
             admin.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(name)))
+
+
+def drop_prefixed(dsn: str, prefix: str) -> None:
+    """Drop every schema whose name starts with ``prefix`` (a test module's own)."""
+    with pg.connect(dsn) as conn:
+        for (name,) in conn.execute("SELECT nspname FROM pg_namespace WHERE starts_with(nspname, %s)", (prefix,)).fetchall():
+            conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(name)))
+
+
+def stored_at_once(dsn: str, store, count: int = 6) -> list[Exception]:
+    """``store(conn, i)`` on ``count`` connections of their own, released at the same moment; the errors raised."""
+    import threading
+
+    barrier, errors = threading.Barrier(count), []
+
+    def launch(i: int) -> None:
+        with pg.connect(dsn) as other:
+            barrier.wait()
+            try:
+                store(other, i)
+            except Exception as exc:  # noqa: BLE001 (collected for the caller to assert on)
+                errors.append(exc)
+
+    threads = [threading.Thread(target=launch, args=(i,)) for i in range(count)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    return errors

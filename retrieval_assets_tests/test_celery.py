@@ -34,8 +34,8 @@ ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
 PREFIX = "t_cel_"
 DATABASE = "t_cel_dagster"
-STEPS = {f"fixture__{s}" for s in ("documents", "chunks", "golden_queries", "chunk_index", "eval_run", "embedder_comparison",
-                                   "failure_report")}
+STEPS = {f"fixture__{s}" for s in ("documents", "chunks", "golden_queries", "chunk_index", "retrieval_rule", "eval_run",
+                                   "embedder_comparison", "failure_report")}
 
 
 def _drop(dsn: str) -> None:

@@ -93,7 +93,7 @@ def history_rows(resource) -> int:
 def test_definitions_load_with_jobs_schedule_and_partitions():
     repo = FIXTURE_DEFS.get_repository_def()
     assert {k.to_user_string() for k in repo.asset_graph.get_all_asset_keys()} == {f"fixture/{n}" for n in (
-        "documents", "chunks", "golden_queries", "chunk_index", "eval_run", "failure_report", "what_ifs",
+        "documents", "chunks", "golden_queries", "chunk_index", "retrieval_rule", "eval_run", "failure_report", "what_ifs",
         "embedder_comparison", "eval_trend", "support_calibration", "answers")}
     job = FIXTURE_DEFS.resolve_job_def("evaluate_embedders")
     assert job.partitions_def.get_partition_keys() == ["hash", "minilm", "mpnet", "bge-small"]

@@ -15,9 +15,9 @@ import dagster as dg
 import pytest
 from psycopg import sql
 
-from retrieval_assets import pg
 from retrieval_assets.defs.io_manager import TABLE, PostgresPickleIOManager
 from retrieval_assets.defs.resources import PostgresResource
+from retrieval_assets_tests.conftest import drop_prefixed
 
 PREFIX = "t_io_"  # every schema of this module, dropped before and after
 DEFS_FOLDER = Path(__file__).resolve().parents[1] / "retrieval_assets"
@@ -63,18 +63,11 @@ def reads_empty(maybe_empty: list | None) -> str:
 ASSETS = [numbers, word, shout, all_words, report_only, maybe_empty, reads_empty]
 
 
-def _drop_prefixed(dsn: str) -> None:
-    with pg.connect(dsn) as conn:
-        names = [r[0] for r in conn.execute("SELECT nspname FROM pg_namespace WHERE starts_with(nspname, %s)", (PREFIX,))]
-        for name in names:
-            conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(name)))
-
-
 @pytest.fixture(scope="module")
 def postgres(pg_dsn):
-    _drop_prefixed(pg_dsn)
+    drop_prefixed(pg_dsn, PREFIX)
     yield PostgresResource(dsn=pg_dsn, schema_prefix=PREFIX)
-    _drop_prefixed(pg_dsn)
+    drop_prefixed(pg_dsn, PREFIX)
 
 
 def _materialize(postgres, selection, partition=None, io_postgres=None):

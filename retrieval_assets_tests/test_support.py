@@ -7,7 +7,6 @@ import dataclasses
 import subprocess
 import sys
 import textwrap
-import threading
 
 import dagster as dg
 import numpy as np
@@ -16,7 +15,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from psycopg import sql
 
-from retrieval_assets import pg
 from retrieval_assets.answers import answer, calibration, reliability, respond, support
 from retrieval_assets.answers.citations import REFUSAL
 from retrieval_assets.answers.support import Evidence, SupportModel
@@ -28,6 +26,7 @@ from retrieval_assets.index import chunker, store
 from retrieval_assets.index.embed import HashEmbedder
 from retrieval_assets.search import pipeline
 from retrieval_assets.types import Chunk, Faithfulness, Hit
+from retrieval_assets_tests.conftest import stored_at_once
 from retrieval_assets_tests.test_answer import ScriptedQuery, resource  # noqa: F401 (a fixture)
 
 # --- evidence and model on invented examples -------------------------------------------------------------------------
@@ -220,22 +219,8 @@ def test_calibrations_stored_at_once_all_succeed(pg_dsn, conn, small):
     cal = calibration.Calibration(SupportModel((1.0,) * len(support.FEATURES), -3.0), (0.1, 0.2), "default", "test", 0, 2, None, 1.0, None)
     for _ in range(3):
         _drop_calibration(conn, schema)
-        barrier, errors = threading.Barrier(6), []
-
-        def launch(i: int) -> None:
-            with pg.connect(pg_dsn) as other:
-                barrier.wait()
-                try:
-                    calibration.store(other, schema, f"launch-{i}", dataclasses.replace(cal, note=f"launch {i}"))
-                except Exception as exc:  # noqa: BLE001 (collected, asserted below)
-                    errors.append(exc)
-
-        threads = [threading.Thread(target=launch, args=(i,)) for i in range(6)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join(60)
-        assert errors == []
+        assert stored_at_once(pg_dsn, lambda other, i: calibration.store(other, schema, f"launch-{i}",
+                                                                         dataclasses.replace(cal, note=f"launch {i}"))) == []
         kept = [i for i in range(6) if calibration.stored(conn, schema, f"launch-{i}") is not None]
         assert len(kept) == 1 and calibration.stored(conn, schema, f"launch-{kept[0]}").note == f"launch {kept[0]}"
 

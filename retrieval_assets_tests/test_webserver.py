@@ -118,7 +118,7 @@ def test_a_command_line_run_shows_in_the_ui_tagged_with_its_corpus(webserver):
 def test_graphql_lists_each_corpus_with_its_own_assets_groups_and_partitions(webserver):
     data = _graphql(webserver[0], "{ assetNodes { assetKey { path } groupName partitionKeys kinds } }")
     nodes = {"/".join(n["assetKey"]["path"]): n for n in data["assetNodes"]}
-    names = ("documents", "chunks", "golden_queries", "chunk_index", "eval_run", "failure_report", "what_ifs",
+    names = ("documents", "chunks", "golden_queries", "chunk_index", "retrieval_rule", "eval_run", "failure_report", "what_ifs",
              "embedder_comparison", "eval_trend", "support_calibration", "answers")
     assert set(nodes) == {f"{c}/{n}" for c in ("fixture", "harbour") for n in names} | {"cranfield_report", "harbour/golden_drafts"}
     assert nodes["harbour/golden_drafts"]["groupName"] == "harbour"  # a user corpus's drafts, beside its golden_queries

@@ -30,10 +30,10 @@ import time
 import numpy as np
 
 from benchmarks import common
-from benchmarks.guards.quality import Scorer
 from retrieval_assets import partitions
 from retrieval_assets.corpus import datasets, drafting, golden
 from retrieval_assets.evaluation import benchmark, crossval
+from retrieval_assets.evaluation.staged_rule import Scorer
 from retrieval_assets.params import DEFAULT, FUSION, LEXICAL
 from retrieval_assets.types import GoldenQuery
 

@@ -42,22 +42,14 @@ from benchmarks import common
 from retrieval_assets import partitions, pg
 from retrieval_assets.corpus import datasets, golden
 from retrieval_assets.evaluation import benchmark, crossval
-from retrieval_assets.search import bm25_rank, pipeline
 from retrieval_assets.evaluation.metrics import ndcg_at_k, recall_at_k
-from retrieval_assets.params import DEFAULT, FUSION, LEXICAL, RERANK_FUSION, RERANK_IDF, SEED, RetrievalParams, limit_query
+from retrieval_assets.evaluation.staged_rule import (ALPHAS, NO_FEEDBACK, Scorer, config_of, describe, first_stages, mmr_stage,
+                                                     rerank_stage)
+from retrieval_assets.params import DEFAULT, SEED
 from retrieval_assets.index.splade import SpladeEncoder
 from retrieval_assets.search import sparse
-from retrieval_assets.search.rerank import CorpusStats, LexicalReranker
 
 DEFAULT_OUT = common.RESULTS / "quality.md"
-ALPHAS = tuple(round(a, 1) for a in np.linspace(0, 1, 11))
-BASE = crossval.config(rerank=False, mmr_lambda=None)
-
-
-def first_stages(_current: crossval.Config) -> list[crossval.Config]:
-    return [crossval.merged(BASE, crossval.config(lexical=lex, fusion=f, weights=(a, round(1 - a, 1))))
-            for lex in LEXICAL for f in FUSION for a in ALPHAS]
-
 
 # RM3's grid. A first run on hash alone (5, 10, 20 docs; 10, 20, 40 terms; weights 0.3, 0.5, 0.7)
 # picked 5 docs, 40 terms and 0.7 on Cranfield's training folds, at the grid's edge: 3 docs and
@@ -90,11 +82,6 @@ def rocchio_stage(current: crossval.Config) -> list[crossval.Config]:
     return [crossval.config(prf_docs=d, prf_beta=beta, **off) for d in docs for beta in PRF_BETAS]
 
 
-def rerank_stage(_current: crossval.Config, fusions=RERANK_FUSION) -> list[crossval.Config]:
-    return [crossval.config(rerank=True, rerank_weight=w, rerank_idf=idf, rerank_fusion=f) for f in fusions for idf in RERANK_IDF
-            for w in ALPHAS[1:]]
-
-
 def score_rerank_stage(current: crossval.Config) -> list[crossval.Config]:
     """The rerank stage before rank fusion: the reranker's scores blended with the fused scores only."""
     return rerank_stage(current, ("minmax",))
@@ -104,13 +91,7 @@ def sparse_stage(_current: crossval.Config) -> list[crossval.Config]:
     return [crossval.config(sparse_weight=w) for w in ALPHAS[1:]]
 
 
-def mmr_stage(current: crossval.Config) -> list[crossval.Config]:
-    off = {} if dict(current).get("rerank") else {"rerank": True, "rerank_weight": 0.0}
-    return [crossval.config(mmr_lambda=lam, **off) for lam in (0.5, 0.7, 0.9)]
-
-
 STAGES = (first_stages, rm3_stage, rocchio_stage, rerank_stage, mmr_stage)
-NO_FEEDBACK = (first_stages, rerank_stage, mmr_stage)  # the rule before the feedback stages
 WITH_SPARSE = (first_stages, sparse_stage, rerank_stage, mmr_stage)  # the SPLADE list as a third fused list
 # for comparison: the first stage alone, and the no-feedback rule with the rerank stage it had before rank fusion
 # (stages, what a later stage must raise: every dataset's training mean, the default rule's, or every setting's)
@@ -118,58 +99,13 @@ RULES = {"first stage alone (joint rule)": ((first_stages,), "dataset"),
          "joint rule before issue 37: score-blend rerank only": ((first_stages, score_rerank_stage, mmr_stage), "dataset"),
          "joint rule, a stage kept only when it helps every setting, no feedback stages": (NO_FEEDBACK, "setting"),
          "joint rule with the SPLADE list, no feedback stages": (WITH_SPARSE, "dataset")}
-FIELDS = ("lexical", "fusion", "weights", "rerank", "rerank_weight", "rerank_fusion", "rerank_idf", "mmr_lambda", "sparse_weight")
 CALIBRATED = ("calibrated on the corpus's own queries, else the default rule (crossval.calibrate), no feedback stages", NO_FEEDBACK), \
     ("calibrated on the corpus's own queries, SPLADE list offered, else the default rule", WITH_SPARSE)
-SEED_CONFIG = crossval.config(**{f: getattr(SEED, f) for f in FIELDS})
-DEFAULT_CONFIG = crossval.config(**{f: getattr(DEFAULT, f) for f in FIELDS})  # params.DEFAULT as it is, no fitting
+SEED_CONFIG = config_of(SEED)
+DEFAULT_CONFIG = config_of(DEFAULT)  # params.DEFAULT as it is, no fitting
 FIXED = {"hybrid(bm25) RRF 1:1, no rerank (no fitting)": crossval.config(lexical="bm25", fusion="rrf", weights=(0.5, 0.5), rerank=False,
                                                                           mmr_lambda=None),
          "params.DEFAULT as committed": DEFAULT_CONFIG}
-
-
-class Scorer:
-    """Per-query nDCG@k of a config over one indexed setting: first-stage lists and pool rows fetched once."""
-
-    def __init__(self, conn, schema: str, embedder, chunks, queries: list[str], relevant: list[set[str]], base: RetrievalParams,
-                 *, splade: SpladeEncoder | None = None, chunk_doc: dict[str, str] | None = None, k: int = 10, depth: int = 100):
-        self.conn, self.schema, self.embedder, self.queries, self.relevant = conn, schema, embedder, queries, relevant
-        self.base, self.chunk_doc, self.k, self.depth = base, chunk_doc, k, depth
-        stats = CorpusStats.from_texts([c.text for c in chunks])
-        # splade: the encoder whose vectors main synced into the schema's splade table (None with --no-sparse)
-        self.retrievers = {"corpus": pipeline.Retriever(schema, embedder, LexicalReranker(corpus=stats), sparse=splade),
-                           "pool": pipeline.Retriever(schema, embedder, LexicalReranker(), sparse=splade)}
-        self.traces: dict[tuple, pipeline.Trace] = {}  # by pipeline.first_stage_key
-        self.rows: dict = {}
-
-    def ranked(self, cfg: crossval.Config, i: int) -> list[str]:
-        params = self.base.with_(**dict(cfg))
-        key = pipeline.first_stage_key(self.queries[i], params)  # what the first-stage lists depend on
-        if params.bm25_feedback and not params.vector_feedback and key not in self.traces:
-            # RM3 alone changes only the BM25 list: the vector list and query vector of the run without
-            # feedback, the BM25 list as hybrid.first_stage computes it (test_prf checks they are equal)
-            plain_params = params.with_(prf_docs=0)
-            plain = self.traces.get(pipeline.first_stage_key(self.queries[i], plain_params)) or self.trace(i, plain_params)
-            expanded = bm25_rank.expanded_search(self.conn, self.schema, limit_query(self.queries[i]), params.n, docs=params.prf_docs,
-                                            terms=params.prf_terms, weight=params.prf_weight)
-            self.traces[key] = pipeline.Trace(plain.query_vector, plain.vector, expanded, [], [], [])
-        trace = pipeline.run(self.conn, self.retrievers[params.rerank_idf], self.queries[i], params,
-                             first_stage=self.traces.get(key), rows=self.rows)
-        self.traces.setdefault(key, trace)
-        ids = [r.chunk_id for r in trace.final]
-        return benchmark.to_documents(ids, self.chunk_doc, self.depth) if self.chunk_doc else ids
-
-    def trace(self, i: int, params: RetrievalParams) -> pipeline.Trace:
-        """The run of query ``i`` without feedback, kept as the first stage of every later run."""
-        trace = pipeline.run(self.conn, self.retrievers[params.rerank_idf], self.queries[i], params, rows=self.rows)
-        self.traces[pipeline.first_stage_key(self.queries[i], params)] = trace
-        return trace
-
-    def ndcg(self, cfg: crossval.Config) -> np.ndarray:
-        return np.array([ndcg_at_k(self.ranked(cfg, i), rel, self.k) for i, rel in enumerate(self.relevant)])
-
-    def recall(self, cfg: crossval.Config, depth: int) -> np.ndarray:
-        return np.array([recall_at_k(self.ranked(cfg, i), rel, depth) for i, rel in enumerate(self.relevant)])
 
 
 def golden_as_is(scorer: Scorer, conceptual: np.ndarray, doc: dict[str, str]) -> str:
@@ -184,22 +120,6 @@ def golden_as_is(scorer: Scorer, conceptual: np.ndarray, doc: dict[str, str]) ->
     return (f"under params.DEFAULT as it is (not fitted), nDCG@10 {final.mean():.3f} ({final[conceptual].mean():.3f} on the "
             f"conceptual queries); its vector list alone {vector.mean():.3f} ({vector[conceptual].mean():.3f}); without its rerank "
             f"{scorer.ndcg(plain).mean():.3f}; by document (a document at its best chunk) {by_doc[0]:.3f} without the rerank, {by_doc[1]:.3f} with it")
-
-
-def describe(cfg: crossval.Config) -> str:
-    v = dict(cfg)
-    parts = [f"{v['lexical']} {v['fusion']} w_vec={v['weights'][0]:g}"]
-    if v.get("sparse_weight"):
-        parts[0] += f" w_splade={v['sparse_weight']:g}"
-    if v.get("rerank") and v.get("rerank_weight", 1.0) > 0:
-        parts.append(f"rerank({v.get('rerank_idf', 'pool')} idf{', by rank' if v.get('rerank_fusion') == 'rrf' else ''}) w={v['rerank_weight']:g}")
-    if v.get("prf_docs") and v.get("prf_weight", 0.5) > 0:
-        parts.append(f"RM3({v['prf_docs']} docs, {v.get('prf_terms', 10)} terms, w={v.get('prf_weight', 0.5):g})")
-    if v.get("prf_docs") and v.get("prf_beta"):
-        parts.append(f"Rocchio({v['prf_docs']} docs, beta={v['prf_beta']:g})")
-    if v.get("mmr_lambda") is not None:
-        parts.append(f"MMR {v['mmr_lambda']:g}")
-    return " + ".join(parts)
 
 
 def main(argv: list[str] | None = None) -> int:

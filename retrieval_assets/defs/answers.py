@@ -16,6 +16,7 @@ from retrieval_assets.search import pipeline
 from retrieval_assets.answers.citations import invalid_citations
 from retrieval_assets.corpus import golden
 from retrieval_assets.corpus.registry import Corpus
+from retrieval_assets.evaluation import retrieval_rule
 from retrieval_assets.defs.partitions import embedders, group, key
 from retrieval_assets.defs.resources import CorpusResource, PostgresResource, user_errors
 
@@ -37,6 +38,7 @@ class AnswersConfig(dg.Config):
     # None: the corpus's calibrated support (its support_calibration); a number: the seed's BM25 floor instead
     # (answer.SUPPORT_FLOOR = 6.80, calibrated on the fixture corpus alone)
     support_floor: float | None = None
+    ignore_rule: bool = False  # params.DEFAULT even when the corpus's calibrated retrieval rule (retrieval_rule) is stored
 
 
 def check_answerer(answerer: str) -> None:
@@ -80,23 +82,25 @@ def answer_assets(corpus: Corpus) -> list[dg.AssetsDefinition]:
         partitions_def=embedders,
         kinds={"python", "postgres"},
         group_name=group(corpus, "live"), key_prefix=[corpus.name], required_resource_keys={"corpus", "postgres"},
-        deps=[dg.AssetDep(key(corpus, "chunk_index"))],
-        description="The support model answers use on this corpus and embedder: fitted on the corpus's golden questions against "
-        "the shipped off-corpus questions (or the cross-corpus default where it has none), with its held-out reliability "
-        "(answer rate, refusal rate) and a reliability plot; stored in the partition's schema.",
+        deps=[dg.AssetDep(key(corpus, "chunk_index")), dg.AssetDep(key(corpus, "retrieval_rule"))],
+        description="The support model answers use on this corpus and embedder (their sources retrieved by its retrieval rule): "
+        "fitted on the corpus's golden questions against the shipped off-corpus questions (or the cross-corpus default where it "
+        "has none), with its held-out reliability (answer rate, refusal rate) and a reliability plot; stored in the partition's schema.",
     )
     def support_calibration(context: dg.AssetExecutionContext) -> dg.MaterializeResult:
         postgres: PostgresResource = context.resources.postgres
         files: CorpusResource = context.resources.corpus
         partition = context.partition_key
         with user_errors("support_calibration"), postgres.connect() as conn:
-            retriever = pipeline.retriever(conn, postgres.schema(partition, corpus=corpus.name), partitions.embedder(partition), answer.SOURCES)
-            cal, _ = calibration.for_index(conn, retriever, corpus_questions(corpus), answer.SOURCES, partition, refresh=True)
+            params, rule = retrieval_rule.for_search(conn, postgres.history_schema, corpus.name, partition, answer.SOURCES)
+            retriever = pipeline.retriever(conn, postgres.schema(partition, corpus=corpus.name), partitions.embedder(partition), params)
+            cal, _ = calibration.for_index(conn, retriever, corpus_questions(corpus), params, partition, refresh=True)
         context.log.info(f"support_calibration ({corpus.name}, {partition}): {reliability.summary(cal)}")
         path = reliability.plot(cal, Path(files.report_path(corpus.name, partition)).with_name("support_calibration.png"),
                                 f"corpus {corpus.name}, {partition}: support ({cal.source})")
         image = base64.b64encode(path.read_bytes()).decode()
-        return dg.MaterializeResult(metadata={**calibration_metadata(cal), "plot": dg.MetadataValue.md(f"![reliability](data:image/png;base64,{image})"),
+        return dg.MaterializeResult(metadata={**calibration_metadata(cal), "retrieval_rule": rule,
+                                              "plot": dg.MetadataValue.md(f"![reliability](data:image/png;base64,{image})"),
                                               "path": dg.MetadataValue.path(str(path))})
 
     @dg.asset(
@@ -104,7 +108,8 @@ def answer_assets(corpus: Corpus) -> list[dg.AssetsDefinition]:
         kinds={"python", "claude"},
         group_name=group(corpus, "live"), key_prefix=[corpus.name],
         deps=[dg.AssetDep(key(corpus, "chunk_index")), dg.AssetDep(key(corpus, "support_calibration"))],
-        description="Cited answers to a list of questions from the partition's index: sources (the default pipeline, top 5), "
+        description="Cited answers to a list of questions from the partition's index: sources (the corpus's retrieval rule: "
+        "retrieval_rule, else the default pipeline; config ignore_rule: the default; top 5), "
         "the calibrated support (support_calibration; refused below its threshold, no model call), a numbered-source prompt, "
         "Claude (or the offline extractive answerer), and the faithfulness check of every answer.",
     )
@@ -120,12 +125,13 @@ def answer_assets(corpus: Corpus) -> list[dg.AssetsDefinition]:
         if not config.questions or any(not q.strip() for q in config.questions):
             raise dg.Failure("questions must be a non-empty list of non-empty strings")
         key = context.partition_key
-        params = answer.SOURCES.with_(k=config.top_k)
         meta: dict = {"answerer": config.answerer, "model": (config.model or claude.MODEL) if config.answerer == "claude" else "none",
                       "support_floor": config.support_floor, "questions": len(config.questions)}
         rows = ["| # | question | answer | cited | uncited claims | refused | cost (USD) |", "|---|---|---|---|---|---|---|"]
         total, refused, start = 0.0, 0, time.perf_counter()
         with user_errors("answers"), postgres.connect() as conn:
+            params, meta["retrieval_rule"] = retrieval_rule.for_search(conn, postgres.history_schema, corpus.name, key,
+                                                                       answer.SOURCES.with_(k=config.top_k), ignore=config.ignore_rule)
             retriever = pipeline.retriever(conn, postgres.schema(key, corpus=corpus.name), partitions.embedder(key), params)
             cal = None
             if config.support_floor is None:

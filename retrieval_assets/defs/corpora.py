@@ -20,6 +20,7 @@ from retrieval_assets.defs.diagnosis import diagnosis_assets
 from retrieval_assets.defs.evaluation import evaluation_assets
 from retrieval_assets.defs.golden_drafts import golden_drafts_assets
 from retrieval_assets.defs.index import index_assets
+from retrieval_assets.defs.retrieval_rule import retrieval_rule_assets
 from retrieval_assets.defs import remote
 from retrieval_assets.defs.jobs import corpus_jobs
 from retrieval_assets.defs.resources import PostgresResource
@@ -27,7 +28,8 @@ from retrieval_assets.defs.resources import PostgresResource
 
 def corpus_definitions(corpus: Corpus, server: str = "") -> dg.Definitions:
     """The assets, checks, jobs, schedule and sensor of one corpus (``server``: its jobs' server tag)."""
-    assets = [*corpus_assets(corpus), *golden_drafts_assets(corpus), *index_assets(corpus), *evaluation_assets(corpus),
+    assets = [*corpus_assets(corpus), *golden_drafts_assets(corpus), *index_assets(corpus), *retrieval_rule_assets(corpus),
+              *evaluation_assets(corpus),
               *diagnosis_assets(corpus), *answer_assets(corpus)]
     return dg.Definitions.merge(dg.Definitions(assets=assets), corpus_jobs(corpus, server))
 

@@ -6,7 +6,7 @@ import dagster as dg
 
 from retrieval_assets import params, partitions
 
-from retrieval_assets.evaluation import evaluate, history, regression
+from retrieval_assets.evaluation import evaluate, history, regression, retrieval_rule
 
 from retrieval_assets.search import pipeline
 from retrieval_assets.corpus.registry import Corpus
@@ -18,6 +18,7 @@ from retrieval_assets.types import Chunk, Document, GoldenQuery
 EVAL_VERSION = "3"  # the eval_run asset's code_version, recorded with every history row
 DEFAULT_PIPELINE = "mmr"  # the default pipeline's final list: what the floors judge and the headline reports
 HEADLINE = {"recall@k": "recall_at_k", "mrr": "mrr", "ndcg@k": "ndcg_at_k"}
+CALIBRATED = "calibrated"  # the corpus's own retrieval rule (retrieval_rule asset), recorded as calibrated:<stage>
 
 
 class EvalConfig(dg.Config):
@@ -104,6 +105,21 @@ def _floors(config: EvalConfig, partition: str, corpus: Corpus) -> dict[str, flo
     return floors
 
 
+def _calibrated(conn, postgres: PostgresResource, corpus: Corpus, partition: str, config: EvalConfig) -> tuple:
+    """The corpus's stored own rule at the config's k and n (None: none stored, or params.DEFAULT kept), and metadata saying which."""
+    found = retrieval_rule.stored(conn, postgres.history_schema, corpus.name, partition)
+    if found is None:
+        return None, {"calibrated_rule": "none stored (materialise retrieval_rule, or python -m retrieval_assets calibrate)"}
+    rule, when = found
+    if rule.kept_default:
+        return None, {"calibrated_rule": f"params.DEFAULT kept by the calibration of {when} UTC: {rule.reason}"}
+    return retrieval_rule.applied(rule, DEFAULT.with_(k=config.k, n=config.n)), {
+        "calibrated_rule": f"{rule.description} (calibrated {when} UTC)",
+        "calibrated_rule/note": f"the {CALIBRATED}/* figures are in-sample: the rule was fitted on these {rule.queries} golden queries. "
+        f"Held out (inner {retrieval_rule.FOLDS}-fold CV within them): own rule {rule.held_out:.3f} against params.DEFAULT's "
+        f"{rule.default_ndcg:.3f}, paired difference {rule.difference:+.3f} [{rule.interval[0]:+.3f}, {rule.interval[1]:+.3f}]"}
+
+
 def evaluation_assets(corpus: Corpus) -> list[dg.AssetsDefinition]:
     """``<corpus>/eval_run`` (per embedder) with its checks, ``<corpus>/embedder_comparison`` and ``<corpus>/eval_trend``."""
     this = key(corpus, "eval_run")
@@ -112,13 +128,14 @@ def evaluation_assets(corpus: Corpus) -> list[dg.AssetsDefinition]:
         partitions_def=embedders,
         kinds={"postgres", "python"},
         group_name=group(corpus), key_prefix=[corpus.name],
-        deps=[key(corpus, "chunk_index")],
+        deps=[key(corpus, "chunk_index"), key(corpus, "retrieval_rule")],
         ins=ins(corpus, 'golden_queries', 'chunks', 'documents'),
         code_version=EVAL_VERSION,
         description="Golden-set evaluation of the default pipeline (params.DEFAULT, chosen by cross-validation: "
         "benchmarks/results/quality.md) and of the named pipelines in config.compare (the seed's by default), each at its "
-        "stages hybrid, rerank and mmr (the final list); appended to the eval_runs history. Headline metadata: the default "
-        "pipeline's final list.",
+        "stages hybrid, rerank and mmr (the final list), and the corpus's calibrated rule (retrieval_rule) when it replaced "
+        "params.DEFAULT: its figures are in-sample, its held-out ones in calibrated_rule/note; appended to the eval_runs history. "
+        "Headline metadata: the default pipeline's final list.",
         check_specs=[
             dg.AssetCheckSpec("quality_floors", asset=this, blocking=True, partitions_def=embedders,
                               description="recall@k, MRR and nDCG@k of the default pipeline stay above the partition's floors "
@@ -151,6 +168,9 @@ def evaluation_assets(corpus: Corpus) -> list[dg.AssetsDefinition]:
         with user_errors(f"eval_run {partition}"), postgres.connect() as conn:
             embedder = partitions.embedder(partition)
             schema = postgres.schema(partition, corpus=corpus.name)
+            calibrated, calibrated_meta = _calibrated(conn, postgres, corpus, partition, config)
+            if calibrated is not None:
+                variants[CALIBRATED] = calibrated
             for name, variant in variants.items():
                 context.log.info(f"eval_run {partition}: pipeline {name}: {variant.describe()}")
                 evaluations[name] = evaluate.evaluate_pipelines(conn, pipeline.retriever(conn, schema, embedder, variant),
@@ -163,7 +183,7 @@ def evaluation_assets(corpus: Corpus) -> list[dg.AssetsDefinition]:
             no_regression = _regression_check(conn, postgres, context.run.run_id, partition, corpus.name, config.max_drop)
         ev = evaluations["default"]
         head = ev.metrics[DEFAULT_PIPELINE]
-        scored = {f"{name}:{p}": m.ndcg_at_k for name, e in evaluations.items() for p, m in e.metrics.items()}
+        scored = {f"{name}:{p}": m.ndcg_at_k for name, e in evaluations.items() for p, m in e.metrics.items() if name != CALIBRATED}
         best = max(scored, key=scored.get)
         floors = _floors(config, partition, corpus)
         below = {name: _r(getattr(head, name)) for name, floor in floors.items() if getattr(head, name) < floor}
@@ -174,7 +194,7 @@ def evaluation_assets(corpus: Corpus) -> list[dg.AssetsDefinition]:
         metadata = {
             **{label: _r(getattr(head, field)) for label, field in HEADLINE.items()},
             "pipeline": ev.params.describe(), "queries": len(golden_queries), "k": ev.k, "n": ev.n,
-            "corpus": corpus.name, "best_pipeline": best, "best_ndcg@k": _r(scored[best]),
+            "corpus": corpus.name, "best_pipeline": best, "best_ndcg@k": _r(scored[best]), **calibrated_meta,
             **_grouped_metadata(evaluations),
             "by_kind": dg.MetadataValue.md(_by_kind_table(evaluations)),
         }

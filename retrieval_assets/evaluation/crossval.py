@@ -6,7 +6,9 @@ config). ``choose`` applies the staged rule on training queries: the first stage
 best candidate, and each later stage is kept only when its best candidate raises the mean
 training score on every dataset. ``cross_validate`` runs the rule once per fold, scores the
 held-out queries with the fold's choice, and reports their mean with a bootstrap interval:
-no reported figure comes from parameters fitted on the queries it is measured on.
+no reported figure comes from parameters fitted on the queries it is measured on. ``calibrated`` keeps one
+corpus's own rule only where cross-validation within its queries shows it above a default (``Calibrated``: the
+choice, why, and the inner held-out scores); ``calibrate`` is its choice alone.
 """
 
 from __future__ import annotations
@@ -135,8 +137,31 @@ def cross_validate(settings: Sequence[Setting], stages: Sequence[Callable[[Confi
     return {s.embedder: HeldOut(s, scores[s.embedder], tuple(picks)) for s in mine}
 
 
-def calibrate(setting: Setting, stages: Sequence[Callable[[Config], Sequence[Config]]], default: Config,
-              queries: np.ndarray, *, k: int = 5, min_queries: int = 20) -> Config:
+@dataclass(frozen=True)
+class Calibrated:
+    """What ``calibrated`` found on one corpus: the rule it keeps, and the inner cross-validation behind it."""
+
+    choice: Config  # the corpus's own rule, or the default
+    default: Config
+    queries: int
+    reason: str  # why the choice (one sentence)
+    own: np.ndarray | None = None  # per query, held out: the own rule refitted without that query's inner fold (None: untried)
+    base: np.ndarray | None = None  # per query, the default's score
+
+    @property
+    def kept_default(self) -> bool:
+        return self.choice == self.default
+
+    @property
+    def difference(self) -> tuple[float, float, float] | None:
+        """Mean held-out paired difference (own - default) with its 95% bootstrap interval; None when untried."""
+        if self.own is None:
+            return None
+        return (float((self.own - self.base).mean()), *bootstrap_interval(self.own - self.base))
+
+
+def calibrated(setting: Setting, stages: Sequence[Callable[[Config], Sequence[Config]]], default: Config,
+               queries: np.ndarray, *, k: int = 5, min_queries: int = 20) -> Calibrated:
     """The rule fitted on one corpus's own ``queries`` (indices into ``setting``'s scores), or ``default``.
 
     The corpus's own choice (``choose`` on ``queries`` alone) replaces ``default`` only when it earns it there:
@@ -145,12 +170,23 @@ def calibrate(setting: Setting, stages: Sequence[Callable[[Config], Sequence[Con
     fewer than ``min_queries`` queries the answer is ``default``, untried.
     """
     queries = np.asarray(queries)
-    if len(queries) < max(min_queries, 2 * k):
-        return default
+    least = max(min_queries, 2 * k)
+    if len(queries) < least:
+        return Calibrated(default, default, len(queries), f"{len(queries)} judged queries, fewer than {least}: the default, untried")
     own, base = np.zeros(len(queries)), setting.score(default)[queries]
     for test in folds(len(queries), k):
         pick = choose([setting], stages, {setting.dataset: queries[np.setdiff1d(np.arange(len(queries)), test)]})
         own[test] = setting.score(pick)[queries[test]]
-    if bootstrap_interval(own - base)[0] <= 0:
-        return default
-    return choose([setting], stages, {setting.dataset: queries})
+    low = bootstrap_interval(own - base)[0]
+    if low <= 0:
+        return Calibrated(default, default, len(queries), f"the own rule is not above the default held out ({k}-fold CV within "
+                          f"{len(queries)} queries, the 95% interval of the paired difference starts at {low:+.4f}, not above 0)", own, base)
+    choice = choose([setting], stages, {setting.dataset: queries})
+    return Calibrated(choice, default, len(queries), f"the own rule is above the default held out ({k}-fold CV within "
+                      f"{len(queries)} queries, the 95% interval of the paired difference starts at {low:+.4f}, above 0)", own, base)
+
+
+def calibrate(setting: Setting, stages: Sequence[Callable[[Config], Sequence[Config]]], default: Config,
+              queries: np.ndarray, *, k: int = 5, min_queries: int = 20) -> Config:
+    """``calibrated(...).choice``: the corpus's own rule where it earns it, else ``default``."""
+    return calibrated(setting, stages, default, queries, k=k, min_queries=min_queries).choice

@@ -38,7 +38,7 @@ from retrieval_assets.index.tables import chunk_of, column_list, statement
 from retrieval_assets.search.snapshot import SearchTimeout
 from retrieval_assets.types import Chunk, Hit, Ranked
 
-__all__ = ["Retriever", "SearchTimeout", "Trace", "corpus_stats", "fetch", "first_stage_key", "retriever", "run"]
+__all__ = ["Retriever", "SearchTimeout", "Trace", "corpus_stats", "fetch", "first_stage_key", "index_version", "retriever", "run"]
 
 
 log = logging.getLogger(__name__)
@@ -94,6 +94,11 @@ _VERSION = "SELECT s.xmin::text, s.n, s.total_len, (SELECT fingerprint FROM {syn
 _STATS: dict[tuple, dict[tuple, CorpusStats]] = {}  # (server, database, schema) -> {version: stats}, per process
 _STATS_KEPT = 4  # versions kept per schema (readers of a moment before and after a sync, at least)
 _STATS_LOCK = threading.Lock()
+
+
+def index_version(conn: psycopg.Connection, schema: str) -> tuple:
+    """The index's version (``_VERSION``; one row, no text sent): equal versions hold equal chunk texts."""
+    return tuple(conn.execute(statement(schema, _VERSION)).fetchone() or ())
 
 
 def corpus_stats(conn: psycopg.Connection, schema: str) -> CorpusStats:
