@@ -157,7 +157,7 @@ def test_search_and_answer_use_the_stored_rule_and_the_flag_ignores_it(pg_dsn, r
 
 
 @pytest.mark.parametrize("argv, message", [
-    (["calibrate", "--embedder", "nope"], "unknown embedder 'nope': the embedder partitions are hash, minilm, bge-small"),
+    (["calibrate", "--embedder", "nope"], partitions.unknown("nope")),
     (["search", "  ", "--embedder", "hash"], "the query is empty"),
 ])
 def test_bad_arguments_are_one_line(pg_dsn, prefixed, capsys, argv, message):
