@@ -21,7 +21,10 @@ from pathlib import Path
 from retrieval_assets import ROOT
 from retrieval_assets.index.embed import Embedder, HashEmbedder
 
-HISTORY = "retrieval_history"  # the schema of the eval_runs history (after the prefix)
+HISTORY = "retrieval_history"  # the schema of the evaluation history (after the prefix), and its tables, every row keyed by corpus:
+RUNS = "eval_runs"  # one row per pipeline of every evaluation (evaluation.history)
+QUERIES = "eval_queries"  # one row per query and pipeline of every evaluation (evaluation.history)
+RULES = "retrieval_rules"  # one retrieval rule per corpus and embedder (evaluation.retrieval_rule)
 IO_VALUES = "retrieval_io"  # the schema of the Dagster IO manager's stored asset values (after the prefix)
 IO_TABLE = "asset_values"  # their table there
 PREFIX_VARIABLE = "RETRIEVAL_SCHEMA_PREFIX"  # put before every schema name by the assets and the command line

@@ -20,7 +20,7 @@ from pathlib import Path
 import psycopg
 from psycopg import sql
 
-from retrieval_assets.partitions import FIXTURE, FIXTURE_DIR, IO_TABLE, check_corpus_name
+from retrieval_assets.partitions import FIXTURE, FIXTURE_DIR, IO_TABLE, QUERIES, RULES, RUNS, check_corpus_name
 
 TABLE = "corpora"
 _LOCK = "retrieval_assets.corpus.registry"
@@ -135,7 +135,7 @@ def remove(conn: psycopg.Connection, schema: str, name: str, prefix: str = "", v
         for (nspname,) in conn.execute("SELECT nspname FROM pg_namespace WHERE nspname LIKE %s ORDER BY nspname", (pattern,)).fetchall():
             conn.execute(sql.SQL("DROP SCHEMA {} CASCADE").format(sql.Identifier(nspname)))
             dropped.append(nspname)
-        for table in ("eval_runs", "eval_queries", "retrieval_rules"):  # the last: evaluation.retrieval_rule.TABLE
+        for table in (RUNS, QUERIES, RULES):
             if conn.execute("SELECT to_regclass(%s)", (sql.Identifier(schema, table).as_string(conn),)).fetchone()[0]:
                 conn.execute(sql.SQL("DELETE FROM {} WHERE corpus = %s").format(sql.Identifier(schema, table)), (name,))
         if value_schema and conn.execute("SELECT to_regclass(%s)", (sql.Identifier(value_schema, IO_TABLE).as_string(conn),)).fetchone()[0]:

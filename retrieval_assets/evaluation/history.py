@@ -20,7 +20,7 @@ from psycopg.rows import dict_row
 
 from retrieval_assets.evaluation.evaluate import Evaluation
 from retrieval_assets.evaluation.metrics import score_query
-from retrieval_assets.partitions import FIXTURE
+from retrieval_assets.partitions import FIXTURE, QUERIES, RUNS
 
 # eval_runs columns written by record_run, with their types (id and created_at are filled in)
 COLUMNS = {
@@ -41,7 +41,7 @@ QUERY_COLUMNS = {
 RANK_LIST = {"hybrid": "fused", "rerank": "reranked", "mmr": "final"}
 
 
-def _table(schema: str, name: str = "eval_runs") -> sql.Identifier:
+def _table(schema: str, name: str = RUNS) -> sql.Identifier:
     return sql.Identifier(schema, name)
 
 
@@ -57,10 +57,10 @@ def _ensure(conn: psycopg.Connection, schema: str) -> None:
     conn.execute(sql.SQL("CREATE TABLE IF NOT EXISTS {} (id bigserial PRIMARY KEY, {}, created_at timestamptz DEFAULT now())").format(
         _table(schema), _columns_sql(COLUMNS)))
     conn.execute(sql.SQL("CREATE TABLE IF NOT EXISTS {} (id bigserial PRIMARY KEY, {}, created_at timestamptz DEFAULT now())").format(
-        _table(schema, "eval_queries"), _columns_sql(QUERY_COLUMNS)))
-    conn.execute(sql.SQL("CREATE INDEX IF NOT EXISTS eval_queries_run ON {} (run_id, pipeline)").format(_table(schema, "eval_queries")))
+        _table(schema, QUERIES), _columns_sql(QUERY_COLUMNS)))
+    conn.execute(sql.SQL("CREATE INDEX IF NOT EXISTS eval_queries_run ON {} (run_id, pipeline)").format(_table(schema, QUERIES)))
     present = {r[0] for r in conn.execute(
-        "SELECT column_name FROM information_schema.columns WHERE table_schema = %s AND table_name = 'eval_runs'", (schema,))}
+        "SELECT column_name FROM information_schema.columns WHERE table_schema = %s AND table_name = %s", (schema, RUNS))}
     for column, default in ADDED.items():
         if column in present:
             continue
@@ -72,11 +72,11 @@ def _ready(conn: psycopg.Connection, schema: str) -> bool:
     """False before the first run; else True, with an older version's tables brought up to date
     (one catalog query when they already are; the DDL of ``_ensure`` only when something is missing)."""
     runs_table, queries_table, added = conn.execute(
-        """SELECT to_regclass(format('%%I.eval_runs', %(s)s::text)) IS NOT NULL,
-                  to_regclass(format('%%I.eval_queries', %(s)s::text)) IS NOT NULL,
+        """SELECT to_regclass(format('%%I.%%I', %(s)s::text, %(runs)s::text)) IS NOT NULL,
+                  to_regclass(format('%%I.%%I', %(s)s::text, %(queries)s::text)) IS NOT NULL,
                   (SELECT count(*) FROM information_schema.columns
-                   WHERE table_schema = %(s)s AND table_name = 'eval_runs' AND column_name = ANY(%(added)s))""",
-        {"s": schema, "added": list(ADDED)}).fetchone()
+                   WHERE table_schema = %(s)s AND table_name = %(runs)s AND column_name = ANY(%(added)s))""",
+        {"s": schema, "runs": RUNS, "queries": QUERIES, "added": list(ADDED)}).fetchone()
     if not runs_table:
         return False
     if not queries_table or added < len(ADDED):
@@ -112,7 +112,7 @@ def record_run(conn: psycopg.Connection, schema: str, ev: Evaluation, *, run_id:
     with conn.transaction():
         _ensure(conn, schema)
         with conn.cursor() as cur:
-            for table, columns, values in (("eval_runs", COLUMNS, rows), ("eval_queries", QUERY_COLUMNS, per_query)):
+            for table, columns, values in ((RUNS, COLUMNS, rows), (QUERIES, QUERY_COLUMNS, per_query)):
                 cur.executemany(sql.SQL("INSERT INTO {} ({}) VALUES ({})").format(
                     _table(schema, table), sql.SQL(", ").join(map(sql.Identifier, columns)),
                     sql.SQL(", ").join(map(sql.Placeholder, columns))), values)
@@ -148,7 +148,7 @@ def query_rows(conn: psycopg.Connection, schema: str, run_id: str, pipeline: str
         return {}
     with conn.cursor(row_factory=dict_row) as cur:
         rows = cur.execute(sql.SQL("SELECT * FROM {} WHERE run_id = %s AND pipeline = %s ORDER BY query_id").format(
-            _table(schema, "eval_queries")), (run_id, pipeline)).fetchall()
+            _table(schema, QUERIES)), (run_id, pipeline)).fetchall()
     return {r["query_id"]: r for r in rows}
 
 
@@ -158,7 +158,7 @@ def previous_run(conn: psycopg.Connection, schema: str, run_id: str, *, partitio
         """SELECT q.run_id FROM {queries} q
            WHERE q.partition = %s AND q.corpus = %s AND q.run_id <> %s
              AND q.created_at < (SELECT min(created_at) FROM {queries} WHERE run_id = %s)
-           ORDER BY q.created_at DESC, q.id DESC LIMIT 1""").format(queries=_table(schema, "eval_queries")),
+           ORDER BY q.created_at DESC, q.id DESC LIMIT 1""").format(queries=_table(schema, QUERIES)),
         (partition, corpus, run_id, run_id)).fetchone()
     return row[0] if row else None
 
@@ -169,7 +169,7 @@ def run_ids(conn: psycopg.Connection, schema: str, prefix: str) -> set[str]:
         return set()
     pattern = prefix.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
     return {r[0] for r in conn.execute(sql.SQL("SELECT DISTINCT run_id FROM {} WHERE run_id LIKE %s").format(
-        _table(schema, "eval_queries")), (pattern,))}
+        _table(schema, QUERIES)), (pattern,))}
 
 
 def runs(conn: psycopg.Connection, schema: str, corpus: str | None = None, limit: int = 20) -> list[dict]:
@@ -180,7 +180,7 @@ def runs(conn: psycopg.Connection, schema: str, corpus: str | None = None, limit
         return cur.execute(sql.SQL(
             """SELECT run_id, partition, corpus, max(k) AS k, count(DISTINCT query_id) AS queries, min(created_at) AS created_at
                FROM {} WHERE %s::text IS NULL OR corpus = %s GROUP BY run_id, partition, corpus
-               ORDER BY min(created_at) DESC LIMIT %s""").format(_table(schema, "eval_queries")), (corpus, corpus, limit)).fetchall()
+               ORDER BY min(created_at) DESC LIMIT %s""").format(_table(schema, QUERIES)), (corpus, corpus, limit)).fetchall()
 
 
 REPORTS = "failure_reports"  # the text of every failure report (failure_report, and what_ifs' extended one)

@@ -28,10 +28,11 @@ from psycopg.types.json import Jsonb
 from retrieval_assets.corpus.golden import relevant_sets
 from retrieval_assets.evaluation import crossval, staged_rule
 from retrieval_assets.params import DEFAULT, SEED, RetrievalParams
+from retrieval_assets.partitions import RULES
 from retrieval_assets.search import pipeline, snapshot
 from retrieval_assets.types import Chunk, GoldenQuery
 
-TABLE = "retrieval_rules"  # in the history schema (partitions.HISTORY, after the prefix)
+TABLE = RULES  # in the history schema (partitions.HISTORY, after the prefix)
 MIN_QUERIES = 20  # fewer judged queries: the default, untried
 FOLDS = 5  # the inner cross-validation's folds
 VERSION = 1  # of the stored form and the fit: a row of another version is not read
