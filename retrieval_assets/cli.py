@@ -167,10 +167,10 @@ def _answer(conn, args, documents, chunks, out) -> None:
             answer.check_floor(args.floor, "--floor")
     except ValueError as exc:
         raise UsageError(str(exc)) from None
-    params, rule = cli_rule.ruled_params(conn, args)
+    schema, embedder, _ = index_corpus(conn, args, chunks)
+    params, rule = cli_rule.ruled_params(conn, args, schema)
     if params != pipeline_params(args):  # said only when a calibrated rule changed the retrieval
         print(rule, file=sys.stderr)
-    schema, embedder, _ = index_corpus(conn, args, chunks)
     retriever = pipeline.retriever(conn, schema, embedder, params)
     if args.floor is not None:  # the seed's path
         found = answer.sources(conn, retriever, args.question, params)

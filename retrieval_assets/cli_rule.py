@@ -26,12 +26,12 @@ def _history() -> str:
     return partitions.env_prefix() + partitions.HISTORY
 
 
-def ruled_params(conn, args) -> tuple[RetrievalParams, str]:
-    """The parameters of a ``search`` or ``answer`` (see the contract) and the line saying which rule they are."""
+def ruled_params(conn, args, schema: str) -> tuple[RetrievalParams, str]:
+    """The parameters of a ``search`` or ``answer`` on the index in ``schema`` (see the contract) and the line saying which rule they are."""
     if args.pipeline != "default":
         return pipeline_params(args), f"retrieval rule: the named pipeline {args.pipeline} (--pipeline)"
     base, note = retrieval_rule.for_search(conn, _history(), partitions.corpus_name_for(args.corpus), args.embedder, DEFAULT,
-                                           ignore=args.ignore_rule)
+                                           ignore=args.ignore_rule, schema=schema)
     return pipeline_params(args, base), note
 
 
@@ -39,8 +39,8 @@ def search(conn, args, documents, chunks, out) -> None:
     """The query's top ``k`` chunks: rank, chunk id, score and the start of its text; the pipeline on the first line."""
     if not args.query.strip():
         raise UsageError("the query is empty")
-    params, note = ruled_params(conn, args)
     schema, embedder, _ = index_corpus(conn, args, chunks)
+    params, note = ruled_params(conn, args, schema)
     trace = pipeline.run(conn, pipeline.retriever(conn, schema, embedder, params), args.query, params)
     rows = pipeline.fetch(conn, schema, [r.chunk_id for r in trace.final], vectors=False)
     print(f"pipeline: {params.describe()}", file=out)

@@ -156,6 +156,22 @@ def test_search_and_answer_use_the_stored_rule_and_the_flag_ignores_it(pg_dsn, r
     assert out.splitlines()[0] == f"pipeline: {DEFAULT.with_(k=3).describe()}" and "no calibrated rule stored for corpus unruled" in err
 
 
+def test_a_rule_fitted_before_the_index_changed_is_used_and_said_stale(pg_dsn, resource, prefixed, capsys):
+    base = ["--dsn", pg_dsn, "--k", "3", "--ignore-rule"]
+    assert cli.run(["search", QUERY, *base]) == 0  # the command line's index of the fixture
+    capsys.readouterr()
+    schema = partitions.schema_name("hash", "cli", PREFIX)
+    with pg.connect(pg_dsn) as conn:
+        now = retrieval_rule.content(conn, schema)
+        assert now  # a synced index has a content fingerprint
+        for content, stale in ((now, False), ("a sync before this one", True), ("", False)):  # "": a row stored before the field
+            retrieval_rule.store(conn, HISTORY, dataclasses.replace(_own_rule(schema), content=content))
+            assert cli.run(["search", QUERY, *base[:-1]]) == 0
+            out, err = capsys.readouterr()
+            assert "calibrated rule" in err and ("fitted before the index last changed" in err) == stale, (content, err)
+            assert out.splitlines()[0] == f"pipeline: {retrieval_rule.applied(_own_rule(schema), DEFAULT.with_(k=3)).describe()}"
+
+
 @pytest.mark.parametrize("argv, message", [
     (["calibrate", "--embedder", "nope"], partitions.unknown("nope")),
     (["search", "  ", "--embedder", "hash"], "the query is empty"),

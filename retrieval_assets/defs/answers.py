@@ -92,8 +92,9 @@ def answer_assets(corpus: Corpus) -> list[dg.AssetsDefinition]:
         files: CorpusResource = context.resources.corpus
         partition = context.partition_key
         with user_errors("support_calibration"), postgres.connect() as conn:
-            params, rule = retrieval_rule.for_search(conn, postgres.history_schema, corpus.name, partition, answer.SOURCES)
-            retriever = pipeline.retriever(conn, postgres.schema(partition, corpus=corpus.name), partitions.embedder(partition), params)
+            schema = postgres.schema(partition, corpus=corpus.name)
+            params, rule = retrieval_rule.for_search(conn, postgres.history_schema, corpus.name, partition, answer.SOURCES, schema=schema)
+            retriever = pipeline.retriever(conn, schema, partitions.embedder(partition), params)
             cal, _ = calibration.for_index(conn, retriever, corpus_questions(corpus), params, partition, refresh=True)
         context.log.info(f"support_calibration ({corpus.name}, {partition}): {reliability.summary(cal)}")
         path = reliability.plot(cal, Path(files.report_path(corpus.name, partition)).with_name("support_calibration.png"),
@@ -130,9 +131,11 @@ def answer_assets(corpus: Corpus) -> list[dg.AssetsDefinition]:
         rows = ["| # | question | answer | cited | uncited claims | refused | cost (USD) |", "|---|---|---|---|---|---|---|"]
         total, refused, start = 0.0, 0, time.perf_counter()
         with user_errors("answers"), postgres.connect() as conn:
+            schema = postgres.schema(key, corpus=corpus.name)
             params, meta["retrieval_rule"] = retrieval_rule.for_search(conn, postgres.history_schema, corpus.name, key,
-                                                                       answer.SOURCES.with_(k=config.top_k), ignore=config.ignore_rule)
-            retriever = pipeline.retriever(conn, postgres.schema(key, corpus=corpus.name), partitions.embedder(key), params)
+                                                                       answer.SOURCES.with_(k=config.top_k), ignore=config.ignore_rule,
+                                                                       schema=schema)
+            retriever = pipeline.retriever(conn, schema, partitions.embedder(key), params)
             cal = None
             if config.support_floor is None:
                 cal, made = calibration.for_index(conn, retriever, corpus_questions(corpus), params, key)

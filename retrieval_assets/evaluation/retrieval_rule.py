@@ -10,7 +10,8 @@ storing at once take turns on an advisory lock; the later one's is kept); ``stor
 stored). ``for_index`` reuses the stored rule when its ``fingerprint`` (index version, golden queries, default,
 candidates, folds) is this one's (the fit is deterministic: the same inputs choose the same rule), else fits and
 stores. ``for_search`` gives the parameters a search or an answer runs with: the stored rule's choice over
-``staged_rule.FIELDS`` on top of the caller's base, or the base when none is stored or it is ignored, and a line saying which.
+``staged_rule.FIELDS`` on top of the caller's base, or the base when none is stored or it is ignored, and a line saying which
+(and whether the index the rule was fitted on has changed since: the rule is still used until it is fitted again).
 """
 
 from __future__ import annotations
@@ -55,6 +56,7 @@ class Rule:
     interval: tuple[float, float] | None = None  # ... and its 95% bootstrap interval
     in_sample: float | None = None  # the chosen rule's nDCG@10 on every query it was fitted on (in-sample for an own rule)
     fingerprint: str = ""  # what the fit depended on (``fingerprint``)
+    content: str = ""  # the content of the index it was fitted against (``content``): a later sync that changed it makes the rule stale
 
     @property
     def description(self) -> str:
@@ -85,13 +87,19 @@ def fingerprint(conn: psycopg.Connection, schema: str, golden: Sequence[GoldenQu
     return hashlib.sha256(json.dumps(parts, default=str).encode()).hexdigest()
 
 
+def content(conn: psycopg.Connection, schema: str) -> str:
+    """The content of the index in ``schema`` as its last sync recorded it ("" before one)."""
+    version = pipeline.index_version(conn, schema)
+    return str(version[3]) if len(version) > 3 and version[3] is not None else ""
+
+
 def fit(conn: psycopg.Connection, schema: str, embedder, chunks: Sequence[Chunk], golden: Sequence[GoldenQuery], corpus: str,
         key: str) -> Rule:
     """The corpus's rule on the index in ``schema`` (see the contract); ``chunks``: the indexed chunks (the rerank's corpus idf)."""
-    fp = fingerprint(conn, schema, golden, key)
+    fp, now = fingerprint(conn, schema, golden, key), content(conn, schema)
     if not golden:
         return Rule(corpus, key, DEFAULT, True, 0, "no judged queries (no golden.yaml, or an empty one): the default, untried", schema,
-                    fingerprint=fp)
+                    fingerprint=fp, content=now)
     rel = relevant_sets(conn, schema, golden)
     scorer = staged_rule.Scorer(conn, schema, embedder, chunks, [q.query for q in golden], [rel[q.query_id] for q in golden], DEFAULT,
                                 search=pipeline.retriever(conn, schema, embedder, SEED))  # its vector search; the scorer brings its rerankers
@@ -102,10 +110,11 @@ def fit(conn: psycopg.Connection, schema: str, embedder, chunks: Sequence[Chunk]
         in_sample = float(setting.score(found.choice).mean())
     params = staged_rule.params_of(found.choice, DEFAULT)
     if found.difference is None:
-        return Rule(corpus, key, params, found.kept_default, found.queries, found.reason, schema, in_sample=in_sample, fingerprint=fp)
+        return Rule(corpus, key, params, found.kept_default, found.queries, found.reason, schema, in_sample=in_sample, fingerprint=fp,
+                    content=now)
     diff, low, high = found.difference
     return Rule(corpus, key, params, found.kept_default, found.queries, found.reason, schema, float(found.own.mean()),
-                float(found.base.mean()), diff, (low, high), in_sample, fp)
+                float(found.base.mean()), diff, (low, high), in_sample, fp, now)
 
 
 def for_index(conn: psycopg.Connection, history: str, schema: str, embedder, chunks: Sequence[Chunk], golden: Sequence[GoldenQuery],
@@ -156,8 +165,9 @@ def applied(rule: Rule, base: RetrievalParams) -> RetrievalParams:
 
 
 def for_search(conn: psycopg.Connection, history: str, corpus: str, key: str, base: RetrievalParams = DEFAULT, *,
-               ignore: bool = False) -> tuple[RetrievalParams, str]:
-    """The parameters a search of ``corpus`` with partition ``key`` runs with, and one line saying which rule they are."""
+               ignore: bool = False, schema: str = "") -> tuple[RetrievalParams, str]:
+    """The parameters a search of ``corpus`` with partition ``key`` runs with, and one line saying which rule they are; a
+    rule fitted on the index in ``schema`` whose content a later sync changed is still used, and the line says so."""
     if ignore:
         return base, "retrieval rule: params.DEFAULT (a stored calibrated rule, if any, ignored)"
     found = stored(conn, history, corpus, key)
@@ -167,5 +177,8 @@ def for_search(conn: psycopg.Connection, history: str, corpus: str, key: str, ba
     rule, when = found
     if rule.kept_default:
         return base, f"retrieval rule: params.DEFAULT, kept by the calibration of {when} UTC ({rule.reason})"
+    stale = bool(schema == rule.schema and rule.content and rule.content != content(conn, schema))
     return applied(rule, base), (f"retrieval rule: corpus {corpus}'s calibrated rule of {when} UTC, {rule.description} (held out "
-                                 f"within its {rule.queries} queries: {rule.difference:+.3f} nDCG@10 over params.DEFAULT)")
+                                 f"within its {rule.queries} queries: {rule.difference:+.3f} nDCG@10 over params.DEFAULT)"
+                                 + ("; fitted before the index last changed: the retrieval_rule asset or calibrate fits it again"
+                                    if stale else ""))
