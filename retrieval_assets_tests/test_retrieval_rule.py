@@ -60,7 +60,7 @@ def test_the_asset_materialises_for_the_fixture_and_eval_run_reads_it(resource, 
     assert meta["held_out/ci_low"] <= 0 < meta["held_out/ci_high"] and "not above 0" in meta["reason"]
     # the inner CV's default figure is params.DEFAULT on the same index and queries, which eval_run measures too
     assert meta["held_out/default_ndcg@10"] == ev["default/mmr/ndcg@k"] == meta["in_sample_ndcg@10"]
-    assert ev["calibrated_rule"].startswith("params.DEFAULT kept by the calibration of") and "calibrated/mmr/ndcg@k" not in ev
+    assert ev["calibrated_rule"].startswith("params.DEFAULT, kept by the calibration of") and "calibrated/mmr/ndcg@k" not in ev
     with resource.connect() as conn:
         rule, _ = retrieval_rule.stored(conn, resource.history_schema, "fixture", "hash")
     assert rule.kept_default and rule.reason == meta["reason"] and rule.schema == resource.schema("hash")
@@ -69,13 +69,14 @@ def test_the_asset_materialises_for_the_fixture_and_eval_run_reads_it(resource, 
 
 
 def test_eval_run_evaluates_a_stored_own_rule_beside_the_default_as_in_sample(resource, tmp_path):
-    own = _own_rule(resource.schema("hash"))
+    own = dataclasses.replace(_own_rule(resource.schema("hash")), content="a sync before the last one")  # stale
     with resource.connect() as conn:
         retrieval_rule.store(conn, resource.history_schema, own)
     result = _materialize(resource, FIXTURE_CORPUS, ("documents", "chunks", "golden_queries", "eval_run"), tmp_path)
     assert result.success
     ev = _metadata(result, "eval_run")
-    assert ev["calibrated_rule"].startswith(own.description) and "in-sample" in ev["calibrated_rule/note"]
+    assert own.description in ev["calibrated_rule"] and "in-sample" in ev["calibrated_rule/note"]
+    assert ev["calibrated_rule"].endswith("fitted before the index last changed: the retrieval_rule asset or calibrate fits it again")
     assert "+0.020 [+0.005, +0.035]" in ev["calibrated_rule/note"]
     assert {"default/mmr/ndcg@k", "calibrated/mmr/ndcg@k"} <= set(ev) and not ev["best_pipeline"].startswith("calibrated")
     assert ev["pipeline"] == DEFAULT.describe()  # the headline stays params.DEFAULT's
@@ -170,6 +171,33 @@ def test_a_rule_fitted_before_the_index_changed_is_used_and_said_stale(pg_dsn, r
             out, err = capsys.readouterr()
             assert "calibrated rule" in err and ("fitted before the index last changed" in err) == stale, (content, err)
             assert out.splitlines()[0] == f"pipeline: {retrieval_rule.applied(_own_rule(schema), DEFAULT.with_(k=3)).describe()}"
+
+
+def test_in_force_says_which_rule_and_whether_its_index_changed(pg_dsn, resource, prefixed):
+    """None stored, the default kept, an own rule fitted on this index, and one fitted before the index last changed."""
+    assert cli.run(["index", "--dsn", pg_dsn]) == 0  # the command line's index of the fixture: a content fingerprint
+    schema, history, base = partitions.schema_name("hash", "cli", PREFIX), PREFIX + "in_force_history", DEFAULT.with_(k=4)
+    with pg.connect(pg_dsn) as conn:
+        conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(history)))
+        now = retrieval_rule.content(conn, schema)
+        none = retrieval_rule.in_force(conn, history, "fixture", "hash", base, schema=schema)
+        assert (none.rule, none.params, none.stale) == (None, None, False) and "no calibrated rule stored for corpus fixture" in none.line
+        kept = dataclasses.replace(_own_rule(schema), params=DEFAULT, kept_default=True, content=now, reason="the default held")
+        retrieval_rule.store(conn, history, kept)
+        found = retrieval_rule.in_force(conn, history, "fixture", "hash", base, schema=schema)
+        assert found.params is None and found.rule == kept and not found.stale
+        assert found.line.startswith("params.DEFAULT, kept by the calibration of") and found.line.endswith("(the default held)")
+        for content, stale in ((now, False), ("a sync before this one", True)):
+            own = dataclasses.replace(_own_rule(schema), content=content)
+            retrieval_rule.store(conn, history, own)
+            found = retrieval_rule.in_force(conn, history, "fixture", "hash", base, schema=schema)
+            assert found.rule == own and found.params == retrieval_rule.applied(own, base) and found.params.k == 4
+            assert found.stale == stale and ("fitted before the index last changed" in found.line) == stale
+            assert "calibrated rule" in found.line and "+0.020 nDCG@10 over params.DEFAULT" in found.line
+            assert retrieval_rule.for_search(conn, history, "fixture", "hash", base, schema=schema) == (found.params, f"retrieval rule: {found.line}")
+        # the index of another schema: the rule is not said stale for it
+        assert not retrieval_rule.in_force(conn, history, "fixture", "hash", base, schema=schema + "_other").stale
+        conn.execute(sql.SQL("DROP SCHEMA {} CASCADE").format(sql.Identifier(history)))
 
 
 @pytest.mark.parametrize("argv, message", [
