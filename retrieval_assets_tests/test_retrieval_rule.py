@@ -118,6 +118,7 @@ def test_calibrated_reports_the_inner_cross_validation():
     assert found.choice == crossval.config(x=2) and not found.kept_default and found.queries == 40
     mean, low, high = found.difference
     assert mean == pytest.approx(0.3) and 0 < low <= mean <= high and "above 0" in found.reason
+    assert found.difference == (float((found.own - found.base).mean()), *crossval.bootstrap_interval(found.own - found.base))
     few = crossval.calibrated(setting, (lambda _: list(table),), crossval.config(x=1), np.arange(19))
     assert few.kept_default and few.difference is None and "fewer than 20" in few.reason
 
@@ -220,7 +221,7 @@ def test_calibrate_without_golden_yaml_is_one_line_and_stores_nothing(pg_dsn, pr
         assert retrieval_rule.stored(conn, HISTORY, partitions.corpus_name_for(folder), "hash") is None
 
 
-def test_calibrate_command_stores_what_the_asset_would(pg_dsn, prefixed, capsys, tmp_path):
+def test_calibrate_command_stores_what_the_asset_would(pg_dsn, prefixed, capsys, tmp_path, monkeypatch):
     folder = _small_corpus(tmp_path, 12, "few")
     assert cli.run(["calibrate", "--corpus", str(folder), "--dsn", pg_dsn]) == 0
     out = capsys.readouterr()[0]
@@ -229,6 +230,12 @@ def test_calibrate_command_stores_what_the_asset_would(pg_dsn, prefixed, capsys,
     with pg.connect(pg_dsn) as conn:
         rule, _ = retrieval_rule.stored(conn, HISTORY, name, "hash")
     assert rule.queries == 12 and rule.schema == partitions.schema_name("hash", "cli", PREFIX, corpus=name)
+    seen = []  # a stored rule of other inputs: the fingerprint compared with it is the one the refit stores, computed once
+    monkeypatch.setattr(retrieval_rule, "fingerprint", lambda *a, real=retrieval_rule.fingerprint: seen.append(real(*a)) or seen[-1])
+    with pg.connect(pg_dsn) as conn:
+        retrieval_rule.store(conn, HISTORY, dataclasses.replace(rule, fingerprint="other inputs"))
+    assert cli.run(["calibrate", "--corpus", str(folder), "--dsn", pg_dsn]) == 0
+    assert "reused" not in capsys.readouterr()[0] and seen == [rule.fingerprint]
     with pg.connect(pg_dsn) as conn:  # removing the corpus removes its rule with its history
         registry.add(conn, HISTORY, name, folder)
         registry.remove(conn, HISTORY, name, PREFIX)

@@ -96,9 +96,10 @@ def content(conn: psycopg.Connection, schema: str) -> str:
 
 
 def fit(conn: psycopg.Connection, schema: str, embedder, chunks: Sequence[Chunk], golden: Sequence[GoldenQuery], corpus: str,
-        key: str) -> Rule:
-    """The corpus's rule on the index in ``schema`` (see the contract); ``chunks``: the indexed chunks (the rerank's corpus idf)."""
-    fp, now = fingerprint(conn, schema, golden, key), content(conn, schema)
+        key: str, *, fp: str | None = None) -> Rule:
+    """The corpus's rule on the index in ``schema`` (see the contract); ``chunks``: the indexed chunks (the rerank's corpus idf);
+    ``fp``: these inputs' ``fingerprint`` when the caller has it already."""
+    fp, now = fp or fingerprint(conn, schema, golden, key), content(conn, schema)
     if not golden:
         return Rule(corpus, key, DEFAULT, True, 0, "no judged queries (no golden.yaml, or an empty one): the default, untried", schema,
                     fingerprint=fp, content=now)
@@ -122,10 +123,11 @@ def fit(conn: psycopg.Connection, schema: str, embedder, chunks: Sequence[Chunk]
 def for_index(conn: psycopg.Connection, history: str, schema: str, embedder, chunks: Sequence[Chunk], golden: Sequence[GoldenQuery],
               corpus: str, key: str, *, refit: bool = False) -> tuple[Rule, str | None]:
     """The stored rule when it was fitted on these inputs (and when it was stored), else a new one, stored (and None)."""
+    fp = fingerprint(conn, schema, golden, key)
     found = None if refit else stored(conn, history, corpus, key)
-    if found is not None and found[0].fingerprint == fingerprint(conn, schema, golden, key):
+    if found is not None and found[0].fingerprint == fp:
         return found
-    rule = fit(conn, schema, embedder, chunks, golden, corpus, key)
+    rule = fit(conn, schema, embedder, chunks, golden, corpus, key, fp=fp)
     store(conn, history, rule)
     return rule, None
 
