@@ -4,7 +4,12 @@ and bad input. Real Postgres throughout (the session's server, this module's sch
 from __future__ import annotations
 
 import dataclasses
+import os
 import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
 
 import dagster as dg
 import numpy as np
@@ -240,3 +245,66 @@ def test_calibrate_command_stores_what_the_asset_would(pg_dsn, prefixed, capsys,
         registry.add(conn, HISTORY, name, folder)
         registry.remove(conn, HISTORY, name, PREFIX)
         assert retrieval_rule.stored(conn, HISTORY, name, "hash") is None
+
+
+KILLED = """
+import sys, time
+import psycopg
+from retrieval_assets import cli
+from retrieval_assets.evaluation import retrieval_rule
+
+fit, execute = retrieval_rule.fit, psycopg.Connection.execute
+def fitting(*args, **kwargs):
+    print("fitting", flush=True)
+    return fit(*args, **kwargs)
+def paused(self, query, params=None, **kwargs):  # stops inside store's transaction, its row written, not committed
+    cursor = execute(self, query, params, **kwargs)
+    text = query.as_string(self) if hasattr(query, "as_string") else str(query)
+    if sys.argv[1] == "store" and text.startswith("INSERT INTO") and retrieval_rule.TABLE in text:
+        print("inserted", flush=True)
+        time.sleep(600)
+    return cursor
+retrieval_rule.fit, psycopg.Connection.execute = fitting, paused
+sys.exit(cli.main(["calibrate", "--dsn", sys.argv[2], "--refit"]))
+"""
+
+
+@pytest.mark.slow
+def test_a_client_killed_while_fitting_or_storing_stores_nothing_and_the_next_run_stores(pg_dsn, monkeypatch, capsys):
+    """SIGKILL of a ``calibrate`` process in the middle of the fit, then in store's transaction after its row is
+    written: no rule, table or history schema is left (its backend gone), and the next ``calibrate`` stores one whole rule."""
+    prefix = PREFIX + "killed_"
+    history = prefix + partitions.HISTORY
+    drop_prefixed(pg_dsn, prefix)
+    env = {**os.environ, partitions.PREFIX_VARIABLE: prefix, "PGAPPNAME": "t-rule-killed"}
+    try:
+        for moment, lines, wait in (("fit", ["fitting"], 1.0), ("store", ["fitting", "inserted"], 0.0)):
+            child = subprocess.Popen([sys.executable, "-c", KILLED, moment, pg_dsn], cwd=Path(__file__).resolve().parents[1], env=env,
+                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            try:
+                said = [child.stdout.readline().strip() for _ in lines]
+                time.sleep(wait)
+                alive = child.poll() is None
+            finally:
+                child.kill()
+                child.wait(timeout=30)
+            assert said == lines and alive, f"{moment}: {said}, the child {'alive' if alive else 'ended'}: {child.stderr.read()[-2000:]}"
+            with pg.connect(pg_dsn) as conn:
+                deadline = time.monotonic() + 20  # the killed client's backend ends, and its transaction with it
+                while time.monotonic() < deadline and conn.execute(
+                        "SELECT count(*) FROM pg_stat_activity WHERE application_name = 't-rule-killed'").fetchone()[0]:
+                    time.sleep(0.1)
+                assert conn.execute("SELECT to_regnamespace(%s)", (history,)).fetchone()[0] is None, moment
+                assert retrieval_rule.stored(conn, history, "fixture", "hash") is None
+        monkeypatch.setenv(partitions.PREFIX_VARIABLE, prefix)
+        capsys.readouterr()
+        assert cli.run(["calibrate", "--dsn", pg_dsn]) == 0
+        assert "reused" not in capsys.readouterr()[0]
+        with pg.connect(pg_dsn) as conn:
+            rule, _ = retrieval_rule.stored(conn, history, "fixture", "hash")
+            rows = conn.execute(sql.SQL("SELECT count(*) FROM {}").format(sql.Identifier(history, retrieval_rule.TABLE))).fetchone()[0]
+            schema = partitions.schema_name("hash", "cli", prefix)
+            assert rows == 1 and rule.queries == 48 and rule.schema == schema
+            assert rule.content == retrieval_rule.content(conn, schema) and rule.fingerprint
+    finally:
+        drop_prefixed(pg_dsn, prefix)
