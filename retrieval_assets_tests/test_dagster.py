@@ -340,6 +340,33 @@ def test_the_console_prints_a_foreseen_failure_in_one_line_and_the_event_log_kee
             assert not any("Stack Trace" in line or line.startswith("  File ") for line in printed)
 
 
+def test_another_librarys_logger_made_after_the_console_class_prints_as_before():
+    """``defs/console.py`` sets the process's logger class; another library's logger made after it is of that class,
+    and prints its records, a failure with its stack too, exactly as the class before did."""
+    import io
+    import logging
+
+    from retrieval_assets.defs import console
+
+    def printed(logger: logging.Logger) -> str:
+        out = io.StringIO()
+        handler = logging.StreamHandler(out)
+        handler.setFormatter(logging.Formatter("%(levelname)s %(name)s %(message)s"))
+        logger.addHandler(handler)
+        logger.propagate = False
+        try:
+            raise RuntimeError("STEP_FAILURE - chunk_index: not a Dagster record")
+        except RuntimeError:
+            logger.error("step %s failed: %s", "chunk_index", "boom", exc_info=True)
+        logger.warning("plain %d", 7, extra={"dagster_meta": "not Dagster's"})
+        return out.getvalue().replace(logger.name, "NAME")
+
+    other = logging.getLogger("another_library.module")
+    assert isinstance(other, console.OneLineFailures)
+    before = console.OneLineFailures.__mro__[1]("before")  # the class set before the console's
+    assert printed(other) == printed(before) and "Traceback" in printed(before)
+
+
 def test_the_readme_config_for_an_own_corpus_is_valid_run_config(tmp_path):
     readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
     block = readme.split("Save as `my-corpus.yaml`", 1)[1].split("```yaml\n", 1)[1].split("```", 1)[0]

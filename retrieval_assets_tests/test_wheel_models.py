@@ -18,6 +18,7 @@ import json
 import socket
 import struct
 import zipfile
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -294,6 +295,28 @@ def test_cached_graph_is_reused_checked_and_rebuilt(tmp_path, monkeypatch):
         damage()
         np.testing.assert_allclose(embed(), v, atol=1e-6)
         assert {f: f.read_bytes() for f in files} == files
-    monkeypatch.setattr(mpnet, "graph_key", lambda: "changed")
+    assert graph.name == f"encoder-{mpnet.graph_key(graph.parent.name, json.loads((graph.parent / 'config.json').read_text()))}.onnx"
+    monkeypatch.setattr(mpnet, "GRAPH_VERSION", mpnet.GRAPH_VERSION + 1)  # the graph code changed: a new graph in the old one's place
+    key = mpnet.graph_key(graph.parent.name, json.loads((graph.parent / "config.json").read_text()))
     np.testing.assert_allclose(embed(), v, atol=1e-6)
-    assert sorted(f.name for f in graph.parent.glob("encoder-*")) == ["encoder-changed.json", "encoder-changed.onnx", "encoder-changed.weights"]
+    assert sorted(f.name for f in graph.parent.glob("encoder-*")) == [f"encoder-{key}.json", f"encoder-{key}.onnx", f"encoder-{key}.weights"]
+
+
+def test_the_graph_key_is_the_graph_version_the_weights_and_the_config_only(tmp_path):
+    """A docstring edit of mpnet.py keeps the key (a copy of the module with another docstring gives the same one);
+    the graph version, the weights' identity and the config each change it."""
+    import importlib.util
+
+    config, weights = json.loads(_tiny_mpnet()["config.json"]), "all-mpnet-base-v2-0123abcd"
+    source = Path(mpnet.__file__).read_text()
+    edited = tmp_path / "mpnet_edited.py"
+    edited.write_text(source.replace('"""sentence-transformers/all-mpnet-base-v2 without PyTorch', '"""An edited docstring: all-mpnet-base-v2', 1))
+    assert edited.read_text() != source
+    spec = importlib.util.spec_from_file_location("mpnet_edited", edited)
+    copy = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(copy)
+    key = mpnet.graph_key(weights, config)
+    assert copy.graph_key(weights, config) == key == mpnet.graph_key(weights, dict(reversed(config.items())))
+    copy.GRAPH_VERSION += 1
+    assert len({key, copy.graph_key(weights, config), mpnet.graph_key("all-mpnet-base-v2-0123abce", config),
+                mpnet.graph_key(weights, {**config, "num_hidden_layers": 2})}) == 4

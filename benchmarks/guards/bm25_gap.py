@@ -27,7 +27,7 @@ import numpy as np
 from benchmarks import common
 from retrieval_assets import partitions, pg
 from retrieval_assets.corpus import datasets, golden
-from retrieval_assets.evaluation import benchmark, crossval
+from retrieval_assets.evaluation import benchmark, crossval, staged_rule
 from retrieval_assets.evaluation.metrics import ndcg_at_k
 from retrieval_assets.index import lexeme_rule
 from retrieval_assets.params import DEFAULT
@@ -96,8 +96,7 @@ class Setting:
     def __init__(self, conn, schema, chunks, queries, relevant, base, chunk_doc=None):
         self.conn, self.chunks, self.queries, self.relevant, self.chunk_doc = conn, chunks, queries, relevant, chunk_doc
         self.ids = [c.chunk_id for c in chunks]
-        self.params = base.with_(**{f: getattr(DEFAULT, f) for f in ("lexical", "fusion", "weights", "rerank", "rerank_weight",
-                                                                     "rerank_fusion", "rerank_idf", "mmr_lambda")})
+        self.params = staged_rule.params_of(staged_rule.config_of(DEFAULT), base)  # the default's rule fields, base's k, n and limits
         self.retriever = pipeline.retriever(conn, schema, common.embedder("hash"), self.params)
         self.traces = [pipeline.run(conn, self.retriever, q, self.params) for q in queries]
         self.rows: dict = {}

@@ -11,7 +11,10 @@ and a ``RUN_FAILURE`` with the cause of a step whose failure this console did no
 worker, a task that could not start there, the executor refusing a broker). Foreseen: a ``dg.Failure``, and
 an error of ``launch_errors.foreseen_names()`` anywhere in the error's chain or in a worker's error list.
 Anything else keeps its stack, and so does everything with ``RETRIEVAL_TRACEBACK=1``. Only the console
-changes: the event log (the UI, ``dagster`` commands) keeps every record whole, its stack included.
+changes: the event log (the UI, ``dagster`` commands) keeps every record whole, its stack included. Every
+logger made after the import is of this class, another library's too (``logging.getLogger``), but a record
+changes only when it carries Dagster's step or run failure event (``dagster_meta``), which only Dagster's
+loggers receive: every other record is handled as the class before made it.
 """
 
 from __future__ import annotations

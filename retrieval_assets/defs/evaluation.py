@@ -106,15 +106,15 @@ def _floors(config: EvalConfig, partition: str, corpus: Corpus) -> dict[str, flo
 
 
 def _calibrated(conn, postgres: PostgresResource, corpus: Corpus, partition: str, config: EvalConfig) -> tuple:
-    """The corpus's stored own rule at the config's k and n (None: none stored, or params.DEFAULT kept), and metadata saying which."""
-    found = retrieval_rule.stored(conn, postgres.history_schema, corpus.name, partition)
-    if found is None:
-        return None, {"calibrated_rule": "none stored (materialise retrieval_rule, or python -m retrieval_assets calibrate)"}
-    rule, when = found
-    if rule.kept_default:
-        return None, {"calibrated_rule": f"params.DEFAULT kept by the calibration of {when} UTC: {rule.reason}"}
-    return retrieval_rule.applied(rule, DEFAULT.with_(k=config.k, n=config.n)), {
-        "calibrated_rule": f"{rule.description} (calibrated {when} UTC)",
+    """The corpus's stored own rule at the config's k and n (None: none stored, or params.DEFAULT kept), and metadata saying
+    which (``retrieval_rule.in_force``'s line, its stale note included)."""
+    found = retrieval_rule.in_force(conn, postgres.history_schema, corpus.name, partition, DEFAULT.with_(k=config.k, n=config.n),
+                                    schema=postgres.schema(partition, corpus=corpus.name))
+    if found.params is None:
+        return None, {"calibrated_rule": found.line}
+    rule = found.rule
+    return found.params, {
+        "calibrated_rule": found.line,
         "calibrated_rule/note": f"the {CALIBRATED}/* figures are in-sample: the rule was fitted on these {rule.queries} golden queries. "
         f"Held out (inner {retrieval_rule.FOLDS}-fold CV within them): own rule {rule.held_out:.3f} against params.DEFAULT's "
         f"{rule.default_ndcg:.3f}, paired difference {rule.difference:+.3f} [{rule.interval[0]:+.3f}, {rule.interval[1]:+.3f}]"}
@@ -169,6 +169,7 @@ def evaluation_assets(corpus: Corpus) -> list[dg.AssetsDefinition]:
             embedder = partitions.embedder(partition)
             schema = postgres.schema(partition, corpus=corpus.name)
             calibrated, calibrated_meta = _calibrated(conn, postgres, corpus, partition, config)
+            context.log.info(f"eval_run {partition}: retrieval rule: {calibrated_meta['calibrated_rule']}")
             if calibrated is not None:
                 variants[CALIBRATED] = calibrated
             for name, variant in variants.items():

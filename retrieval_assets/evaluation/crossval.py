@@ -147,17 +147,11 @@ class Calibrated:
     reason: str  # why the choice (one sentence)
     own: np.ndarray | None = None  # per query, held out: the own rule refitted without that query's inner fold (None: untried)
     base: np.ndarray | None = None  # per query, the default's score
+    difference: tuple[float, float, float] | None = None  # mean held-out paired difference (own - base), its 95% bootstrap interval
 
     @property
     def kept_default(self) -> bool:
         return self.choice == self.default
-
-    @property
-    def difference(self) -> tuple[float, float, float] | None:
-        """Mean held-out paired difference (own - default) with its 95% bootstrap interval; None when untried."""
-        if self.own is None:
-            return None
-        return (float((self.own - self.base).mean()), *bootstrap_interval(self.own - self.base))
 
 
 def calibrated(setting: Setting, stages: Sequence[Callable[[Config], Sequence[Config]]], default: Config,
@@ -177,13 +171,16 @@ def calibrated(setting: Setting, stages: Sequence[Callable[[Config], Sequence[Co
     for test in folds(len(queries), k):
         pick = choose([setting], stages, {setting.dataset: queries[np.setdiff1d(np.arange(len(queries)), test)]})
         own[test] = setting.score(pick)[queries[test]]
-    low = bootstrap_interval(own - base)[0]
+    low, high = bootstrap_interval(own - base)  # the one bootstrap: the decision and the reported interval
+    difference = (float((own - base).mean()), low, high)
     if low <= 0:
         return Calibrated(default, default, len(queries), f"the own rule is not above the default held out ({k}-fold CV within "
-                          f"{len(queries)} queries, the 95% interval of the paired difference starts at {low:+.4f}, not above 0)", own, base)
+                          f"{len(queries)} queries, the 95% interval of the paired difference starts at {low:+.4f}, not above 0)",
+                          own, base, difference)
     choice = choose([setting], stages, {setting.dataset: queries})
     return Calibrated(choice, default, len(queries), f"the own rule is above the default held out ({k}-fold CV within "
-                      f"{len(queries)} queries, the 95% interval of the paired difference starts at {low:+.4f}, above 0)", own, base)
+                      f"{len(queries)} queries, the 95% interval of the paired difference starts at {low:+.4f}, above 0)",
+                      own, base, difference)
 
 
 def calibrate(setting: Setting, stages: Sequence[Callable[[Config], Sequence[Config]]], default: Config,

@@ -9,9 +9,11 @@ its queries puts the 95% interval of the paired held-out nDCG@10 difference abov
 storing at once take turns on an advisory lock; the later one's is kept); ``stored`` reads it back (None: none
 stored). ``for_index`` reuses the stored rule when its ``fingerprint`` (index version, golden queries, default,
 candidates, folds) is this one's (the fit is deterministic: the same inputs choose the same rule), else fits and
-stores. ``for_search`` gives the parameters a search or an answer runs with: the stored rule's choice over
-``staged_rule.FIELDS`` on top of the caller's base, or the base when none is stored or it is ignored, and a line saying which
-(and whether the index the rule was fitted on has changed since: the rule is still used until it is fitted again).
+stores. ``in_force`` says which rule a search of the corpus runs with: the stored rule's choice over
+``staged_rule.FIELDS`` on top of the caller's base, or none (the base) when none is stored or it kept the default, and one
+line saying which (and whether the index the rule was fitted on has changed since: the rule is still used until it is
+fitted again); ``for_search`` gives a search or an answer its parameters and that line, or the base when told to ignore
+the rule.
 """
 
 from __future__ import annotations
@@ -94,9 +96,10 @@ def content(conn: psycopg.Connection, schema: str) -> str:
 
 
 def fit(conn: psycopg.Connection, schema: str, embedder, chunks: Sequence[Chunk], golden: Sequence[GoldenQuery], corpus: str,
-        key: str) -> Rule:
-    """The corpus's rule on the index in ``schema`` (see the contract); ``chunks``: the indexed chunks (the rerank's corpus idf)."""
-    fp, now = fingerprint(conn, schema, golden, key), content(conn, schema)
+        key: str, *, fp: str | None = None) -> Rule:
+    """The corpus's rule on the index in ``schema`` (see the contract); ``chunks``: the indexed chunks (the rerank's corpus idf);
+    ``fp``: these inputs' ``fingerprint`` when the caller has it already."""
+    fp, now = fp or fingerprint(conn, schema, golden, key), content(conn, schema)
     if not golden:
         return Rule(corpus, key, DEFAULT, True, 0, "no judged queries (no golden.yaml, or an empty one): the default, untried", schema,
                     fingerprint=fp, content=now)
@@ -120,10 +123,11 @@ def fit(conn: psycopg.Connection, schema: str, embedder, chunks: Sequence[Chunk]
 def for_index(conn: psycopg.Connection, history: str, schema: str, embedder, chunks: Sequence[Chunk], golden: Sequence[GoldenQuery],
               corpus: str, key: str, *, refit: bool = False) -> tuple[Rule, str | None]:
     """The stored rule when it was fitted on these inputs (and when it was stored), else a new one, stored (and None)."""
+    fp = fingerprint(conn, schema, golden, key)
     found = None if refit else stored(conn, history, corpus, key)
-    if found is not None and found[0].fingerprint == fingerprint(conn, schema, golden, key):
+    if found is not None and found[0].fingerprint == fp:
         return found
-    rule = fit(conn, schema, embedder, chunks, golden, corpus, key)
+    rule = fit(conn, schema, embedder, chunks, golden, corpus, key, fp=fp)
     store(conn, history, rule)
     return rule, None
 
@@ -164,21 +168,39 @@ def applied(rule: Rule, base: RetrievalParams) -> RetrievalParams:
     return staged_rule.params_of(staged_rule.config_of(rule.params), base)
 
 
-def for_search(conn: psycopg.Connection, history: str, corpus: str, key: str, base: RetrievalParams = DEFAULT, *,
-               ignore: bool = False, schema: str = "") -> tuple[RetrievalParams, str]:
-    """The parameters a search of ``corpus`` with partition ``key`` runs with, and one line saying which rule they are; a
-    rule fitted on the index in ``schema`` whose content a later sync changed is still used, and the line says so."""
-    if ignore:
-        return base, "retrieval rule: params.DEFAULT (a stored calibrated rule, if any, ignored)"
+@dataclass(frozen=True)
+class InForce:
+    """The rule a search of a corpus runs with (``in_force``)."""
+
+    rule: Rule | None  # the stored rule (None: none stored)
+    params: RetrievalParams | None  # its choice over the caller's base (None: the base, when none is stored or it kept the default)
+    line: str  # which rule, and why
+    stale: bool = False  # fitted on the index in the caller's schema before a later sync changed it
+
+
+def in_force(conn: psycopg.Connection, history: str, corpus: str, key: str, base: RetrievalParams = DEFAULT, *,
+             schema: str = "") -> InForce:
+    """The rule stored for ``corpus`` and partition ``key`` over ``base``; a rule fitted on the index in ``schema`` whose
+    content a later sync changed is still in force, and its line says so."""
     found = stored(conn, history, corpus, key)
     if found is None:
-        return base, (f"retrieval rule: params.DEFAULT (no calibrated rule stored for corpus {corpus}, embedder {key}: "
-                      f"the retrieval_rule asset or python -m retrieval_assets calibrate makes one)")
+        return InForce(None, None, f"params.DEFAULT (no calibrated rule stored for corpus {corpus}, embedder {key}: "
+                                   f"the retrieval_rule asset or python -m retrieval_assets calibrate makes one)")
     rule, when = found
     if rule.kept_default:
-        return base, f"retrieval rule: params.DEFAULT, kept by the calibration of {when} UTC ({rule.reason})"
+        return InForce(rule, None, f"params.DEFAULT, kept by the calibration of {when} UTC ({rule.reason})")
     stale = bool(schema == rule.schema and rule.content and rule.content != content(conn, schema))
-    return applied(rule, base), (f"retrieval rule: corpus {corpus}'s calibrated rule of {when} UTC, {rule.description} (held out "
-                                 f"within its {rule.queries} queries: {rule.difference:+.3f} nDCG@10 over params.DEFAULT)"
-                                 + ("; fitted before the index last changed: the retrieval_rule asset or calibrate fits it again"
-                                    if stale else ""))
+    return InForce(rule, applied(rule, base), f"corpus {corpus}'s calibrated rule of {when} UTC, {rule.description} (held out "
+                                              f"within its {rule.queries} queries: {rule.difference:+.3f} nDCG@10 over params.DEFAULT)"
+                   + ("; fitted before the index last changed: the retrieval_rule asset or calibrate fits it again" if stale else ""),
+                   stale)
+
+
+def for_search(conn: psycopg.Connection, history: str, corpus: str, key: str, base: RetrievalParams = DEFAULT, *,
+               ignore: bool = False, schema: str = "") -> tuple[RetrievalParams, str]:
+    """The parameters a search of ``corpus`` with partition ``key`` runs with (``in_force``, or ``base`` when told to
+    ``ignore`` the stored rule), and one line saying which rule they are."""
+    if ignore:
+        return base, "retrieval rule: params.DEFAULT (a stored calibrated rule, if any, ignored)"
+    found = in_force(conn, history, corpus, key, base, schema=schema)
+    return found.params or base, f"retrieval rule: {found.line}"

