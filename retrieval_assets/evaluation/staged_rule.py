@@ -35,8 +35,9 @@ def first_stages(_current: crossval.Config) -> list[crossval.Config]:
             for lex in LEXICAL for f in FUSION for a in ALPHAS]
 
 
-def evidence_stage(_current: crossval.Config) -> list[crossval.Config]:
-    return [crossval.config(evidence_shift=s) for s in SHIFTS]
+def evidence_stage(current: crossval.Config) -> list[crossval.Config]:
+    """The query-dependent fusion weight, for the bm25 list (the one with a ceiling, ``fusion.lexical_evidence``)."""
+    return [crossval.config(evidence_shift=s) for s in SHIFTS] if dict(current).get("lexical") == "bm25" else []
 
 
 def rerank_stage(_current: crossval.Config, fusions=RERANK_FUSION) -> list[crossval.Config]:

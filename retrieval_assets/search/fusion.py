@@ -69,16 +69,15 @@ def convex(lists: Sequence[Sequence[Hit]], method: str = "minmax", weights: Sequ
     return [Ranked(ids[i], float(total[i]), rank, tuple(int(r) or None for r in ranks[i])) for rank, i in enumerate(order, 1)]
 
 
-EVIDENCE_TOP = 10  # lexical_evidence compares the lists' first this many hits
-
-
-def lexical_evidence(vector: Sequence[Hit], lexical: Sequence[Hit], top: int = EVIDENCE_TOP) -> float:
-    """How much the lexical list's top agrees with the vector list's, in [0, 1]: the share of the lexical top ``top``
-    that the vector top ``top`` also holds. 1 when either list is empty (nothing to move weight to or from)."""
-    if not vector or not lexical:
+def lexical_evidence(lexical: Sequence[Hit]) -> float:
+    """The lexical list's evidence for its query, in [0, 1]: its top score over its ``ceiling`` (``types.ScoredList``; BM25:
+    the score of a chunk of average length holding every query term once), at most 1. A top hit that matches only a
+    small share of the query's idf mass scores low. 1 (full evidence: nothing moves) for an empty list or one without a
+    ceiling (ts_rank_cd's, RM3's expanded list)."""
+    ceiling = getattr(lexical, "ceiling", 0.0)
+    if not lexical or ceiling <= 0:
         return 1.0
-    lex = [h.chunk_id for h in lexical[:top]]
-    return float(np.isin(lex, [h.chunk_id for h in vector[:top]]).mean())
+    return float(min(1.0, max(0.0, lexical[0].score / ceiling)))
 
 
 def query_weights(lists: Sequence[Sequence[Hit]], params: RetrievalParams = DEFAULT) -> tuple[float, ...]:
@@ -89,7 +88,7 @@ def query_weights(lists: Sequence[Sequence[Hit]], params: RetrievalParams = DEFA
     weights = (*params.weights, params.sparse_weight)[: len(lists)]
     if not params.evidence_shift or len(lists) < 2:
         return weights
-    moved = weights[1] * params.evidence_shift * (1.0 - lexical_evidence(lists[0], lists[1]))
+    moved = weights[1] * params.evidence_shift * (1.0 - lexical_evidence(lists[1]))
     return (weights[0] + moved, weights[1] - moved, *weights[2:])
 
 
