@@ -39,6 +39,9 @@ class RetrievalParams:
     rrf_k: int = 60  # reciprocal rank fusion: score = sum(weight / (rrf_k + rank))
     weights: tuple[float, float] = (1.0, 1.0)  # fusion weight of the vector list, of the lexical list, each in [0, 1]
     sparse_weight: float = 0.0  # fusion weight of the learned sparse (SPLADE) list, in [0, 1]; 0: no such list
+    # query-dependent fusion weight, in [0, 1]: this share of the lexical weight, times 1 - the lexical list's evidence
+    # for the query (fusion.lexical_evidence, in [0, 1]), moves to the vector list (fusion.query_weights); 0: fixed weights
+    evidence_shift: float = 0.0
     lexical: str = "ts_rank_cd"  # "ts_rank_cd" (the seed's) or "bm25" (inside Postgres)
     fusion: str = "rrf"  # one of FUSION (fusion.fuse)
     rerank: bool = True  # rerank the whole fused pool with the retriever's reranker
@@ -67,6 +70,8 @@ class RetrievalParams:
         object.__setattr__(self, "weights", tuple(float(w) for w in weights))
         if not _unit(self.sparse_weight):
             raise ValueError(f"sparse_weight must be a number within [0, 1] (0: no SPLADE list), got {self.sparse_weight!r}")
+        if not _unit(self.evidence_shift):
+            raise ValueError(f"evidence_shift must be a number within [0, 1] (0: fixed fusion weights), got {self.evidence_shift!r}")
         if self.lexical not in LEXICAL:
             raise ValueError(f"lexical must be one of {', '.join(LEXICAL)}, got {self.lexical!r}")
         if self.fusion not in FUSION:
@@ -102,6 +107,7 @@ class RetrievalParams:
         """The pipeline in one line: lexical list, fusion and weights, rerank, MMR."""
         fusion = f"RRF (k {self.rrf_k})" if self.fusion == "rrf" else f"{self.fusion} fusion"
         sparse = f" / SPLADE {self.sparse_weight:g}" if self.sparse_weight else ""
+        sparse += f", {self.evidence_shift:g} of the lexical weight moved to the vector list as its evidence is weak" if self.evidence_shift else ""
         parts = [f"{self.lexical} list, {fusion}, weights vector {self.weights[0]:g} / lexical {self.weights[1]:g}{sparse}"]
         if self.rerank and self.rerank_weight > 0:
             blend = "" if self.rerank_weight == 1 else (f" blended {self.rerank_weight:g} with the fused score" if self.rerank_fusion == "minmax"

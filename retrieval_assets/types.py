@@ -34,6 +34,15 @@ def as_hits(rows) -> list[Hit]:
     return [Hit(chunk_id, float(score), rank) for rank, (chunk_id, score) in enumerate(rows, 1)]
 
 
+class ScoredList(list):
+    """A lexical list (``Hit``s, best first) with ``ceiling``: the score of a chunk of average length holding every positive
+    query term once (BM25: the terms' idf sum over 1 + k1), the scale ``fusion.lexical_evidence`` reads its top score on."""
+
+    def __init__(self, hits=(), ceiling: float = 0.0):
+        super().__init__(hits)
+        self.ceiling = float(ceiling)
+
+
 @dataclass(frozen=True)
 class Ranked:
     chunk_id: str

@@ -43,7 +43,7 @@ from retrieval_assets import partitions, pg
 from retrieval_assets.corpus import datasets, golden
 from retrieval_assets.evaluation import benchmark, crossval
 from retrieval_assets.evaluation.metrics import ndcg_at_k, recall_at_k
-from retrieval_assets.evaluation.staged_rule import (ALPHAS, NO_FEEDBACK, Scorer, config_of, describe, first_stages, mmr_stage,
+from retrieval_assets.evaluation.staged_rule import (ALPHAS, BEFORE_EVIDENCE, NO_FEEDBACK, Scorer, config_of, describe, first_stages, mmr_stage,
                                                      rerank_stage)
 from retrieval_assets.params import DEFAULT, SEED
 from retrieval_assets.index.splade import SpladeEncoder
@@ -98,6 +98,7 @@ WITH_SPARSE = (first_stages, sparse_stage, rerank_stage, mmr_stage)  # the SPLAD
 RULES = {"first stage alone (joint rule)": ((first_stages,), "dataset"),
          "joint rule before issue 37: score-blend rerank only": ((first_stages, score_rerank_stage, mmr_stage), "dataset"),
          "joint rule, a stage kept only when it helps every setting, no feedback stages": (NO_FEEDBACK, "setting"),
+         "joint rule before the query-dependent fusion weight (evidence_shift), no feedback stages": (BEFORE_EVIDENCE, "dataset"),
          "joint rule with the SPLADE list, no feedback stages": (WITH_SPARSE, "dataset")}
 CALIBRATED = ("calibrated on the corpus's own queries, else the default rule (crossval.calibrate), no feedback stages", NO_FEEDBACK), \
     ("calibrated on the corpus's own queries, SPLADE list offered, else the default rule", WITH_SPARSE)
@@ -122,6 +123,34 @@ def golden_as_is(scorer: Scorer, conceptual: np.ndarray, doc: dict[str, str]) ->
             f"{scorer.ndcg(plain).mean():.3f}; by document (a document at its best chunk) {by_doc[0]:.3f} without the rerank, {by_doc[1]:.3f} with it")
 
 
+def scored(conn, data: str, keys: list[str], splade: SpladeEncoder | None, log):
+    """Cranfield (``data``) and the golden set indexed with each partition in ``keys`` (a re-run embeds nothing): the bm25s
+    peer's per-query nDCG@10 and recall@100 on Cranfield, the fixture's chunks, the golden set and a ``Scorer`` per (dataset, key)."""
+    bench = datasets.load_cranfield(data)
+    rel = bench.relevant()
+    qids = [q for q in bench.queries if q in rel]
+    peer_rank = benchmark.bm25s_ranker(bench.documents, depth=100)
+    peer_runs = [peer_rank(bench.queries[q]) for q in qids]
+    peer_ndcg = np.array([ndcg_at_k(r, rel[q], 10) for r, q in zip(peer_runs, qids)])
+    peer_recall = np.array([recall_at_k(r, rel[q], 100) for r, q in zip(peer_runs, qids)])
+    _, fixture_chunks, golden_set = common.fixture()
+    scorers: dict[tuple[str, str], Scorer] = {}
+    synced = lambda schema: "" if splade is None else f"; SPLADE (encoded, deleted): {sparse.sync(conn, schema, splade)}"  # noqa: E731
+    for key in keys:
+        embedder = common.embedder(key)
+        schema = partitions.schema_name(key, "cranfield")
+        chunks, report = benchmark.index_benchmark(conn, schema, bench, embedder)
+        log(f"cranfield/{key}: {len(chunks)} chunks in {schema} ({report}){synced(schema)}")
+        scorers["cranfield", key] = Scorer(conn, schema, embedder, chunks, [bench.queries[q] for q in qids], [rel[q] for q in qids],
+                                           benchmark.CRANFIELD, splade=splade, chunk_doc={c.chunk_id: c.doc_id for c in chunks})
+        gschema = common.bench_schema("quality", key)
+        log(f"golden/{key}: {common.index(conn, gschema, fixture_chunks, embedder)} in {gschema}{synced(gschema)}")
+        grel = golden.relevant_sets(conn, gschema, golden_set)
+        scorers["golden", key] = Scorer(conn, gschema, embedder, fixture_chunks, [q.query for q in golden_set],
+                                        [grel[q.query_id] for q in golden_set], SEED.with_(k=10, n=50), splade=splade)
+    return peer_ndcg, peer_recall, fixture_chunks, golden_set, scorers
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = common.parser(__doc__)
     parser.add_argument("--data", default=str(datasets.DEFAULT_CRANFIELD))
@@ -138,37 +167,15 @@ def main(argv: list[str] | None = None) -> int:
     log = lambda msg: print(msg, file=sys.stderr, flush=True)  # noqa: E731
     started = time.perf_counter()
 
-    bench = datasets.load_cranfield(args.data)
-    rel = bench.relevant()
-    qids = [q for q in bench.queries if q in rel]
-    peer_rank = benchmark.bm25s_ranker(bench.documents, depth=100)
-    peer_runs = [peer_rank(bench.queries[q]) for q in qids]
-    peer_ndcg = np.array([ndcg_at_k(r, rel[q], 10) for r, q in zip(peer_runs, qids)])
-    peer_recall = np.array([recall_at_k(r, rel[q], 100) for r, q in zip(peer_runs, qids)])
-    _, fixture_chunks, golden_set = common.fixture()
-
-    settings: list[crossval.Setting] = []
-    scorers: dict[tuple[str, str], Scorer] = {}
     conn = pg.connect(args.dsn)
     splade = None if args.no_sparse else SpladeEncoder()
-    synced = lambda schema: "" if splade is None else f"; SPLADE (encoded, deleted): {sparse.sync(conn, schema, splade)}"  # noqa: E731
     keys = [*args.embedders, *args.candidates]
-    for key in keys:
-        embedder = common.embedder(key)
-        schema = partitions.schema_name(key, "cranfield")
-        chunks, report = benchmark.index_benchmark(conn, schema, bench, embedder)
-        log(f"cranfield/{key}: {len(chunks)} chunks in {schema} ({report}){synced(schema)}")
-        scorers["cranfield", key] = Scorer(conn, schema, embedder, chunks, [bench.queries[q] for q in qids], [rel[q] for q in qids],
-                                           benchmark.CRANFIELD, splade=splade, chunk_doc={c.chunk_id: c.doc_id for c in chunks})
-        gschema = common.bench_schema("quality", key)
-        log(f"golden/{key}: {common.index(conn, gschema, fixture_chunks, embedder)} in {gschema}{synced(gschema)}")
-        grel = golden.relevant_sets(conn, gschema, golden_set)
-        scorers["golden", key] = Scorer(conn, gschema, embedder, fixture_chunks, [q.query for q in golden_set],
-                                        [grel[q.query_id] for q in golden_set], SEED.with_(k=10, n=50), splade=splade)
+    peer_ndcg, peer_recall, fixture_chunks, golden_set, scorers = scored(conn, args.data, keys, splade, log)
+    settings: list[crossval.Setting] = []
     for (dataset, key), scorer in scorers.items():
         settings.append(crossval.Setting(dataset, key, scorer.ndcg))
     fit_on = [s for s in settings if s.embedder in args.embedders]
-    sizes = {"cranfield": len(qids), "golden": len(golden_set)}
+    sizes = {"cranfield": len(peer_ndcg), "golden": len(golden_set)}
     fold_sets = {"cranfield": crossval.folds(sizes["cranfield"], args.cranfield_folds),
                  "golden": crossval.folds(sizes["golden"], args.golden_folds)}
 

@@ -2,7 +2,8 @@
 
 Contract: a stage is a function ``current config -> candidate configs`` (``crossval.choose``). ``NO_FEEDBACK`` is
 the rule ``params.DEFAULT`` came from: ``first_stages`` (lexical list x fusion x vector weight, no rerank, no MMR),
-then ``rerank_stage`` (the BM25 rerank: pool's or corpus idf, blended by score or by rank, weight 0.1..1), then
+then ``evidence_stage`` (the query-dependent fusion weight, ``params.evidence_shift``; ``BEFORE_EVIDENCE`` is the rule
+without it), then ``rerank_stage`` (the BM25 rerank: pool's or corpus idf, blended by score or by rank, weight 0.1..1), then
 ``mmr_stage``. ``config_of(params)`` and ``params_of(config, base)`` convert between a config and
 ``RetrievalParams`` over ``FIELDS``; ``describe`` names a config in one line. ``Scorer`` gives per-query nDCG@k
 of any config on one indexed setting, each query's first-stage lists searched once and the pool's rows fetched once.
@@ -24,12 +25,19 @@ from retrieval_assets.search.rerank import CorpusStats, LexicalReranker
 ALPHAS = tuple(round(a, 1) for a in np.linspace(0, 1, 11))
 BASE = crossval.config(rerank=False, mmr_lambda=None)
 # the parameters the rule chooses among (the benchmarks' feedback stages add prf_*)
-FIELDS = ("lexical", "fusion", "weights", "rerank", "rerank_weight", "rerank_fusion", "rerank_idf", "mmr_lambda", "sparse_weight")
+FIELDS = ("lexical", "fusion", "weights", "rerank", "rerank_weight", "rerank_fusion", "rerank_idf", "mmr_lambda", "sparse_weight",
+          "evidence_shift")
+SHIFTS = (0.25, 0.5, 0.75, 1.0)  # evidence_stage's shares of the lexical weight that may move to the vector list
 
 
 def first_stages(_current: crossval.Config) -> list[crossval.Config]:
     return [crossval.merged(BASE, crossval.config(lexical=lex, fusion=f, weights=(a, round(1 - a, 1))))
             for lex in LEXICAL for f in FUSION for a in ALPHAS]
+
+
+def evidence_stage(current: crossval.Config) -> list[crossval.Config]:
+    """The query-dependent fusion weight, for the bm25 list (the one with a ceiling, ``fusion.lexical_evidence``)."""
+    return [crossval.config(evidence_shift=s) for s in SHIFTS] if dict(current).get("lexical") == "bm25" else []
 
 
 def rerank_stage(_current: crossval.Config, fusions=RERANK_FUSION) -> list[crossval.Config]:
@@ -42,7 +50,8 @@ def mmr_stage(current: crossval.Config) -> list[crossval.Config]:
     return [crossval.config(mmr_lambda=lam, **off) for lam in (0.5, 0.7, 0.9)]
 
 
-NO_FEEDBACK = (first_stages, rerank_stage, mmr_stage)  # the rule params.DEFAULT came from, without the feedback stages
+NO_FEEDBACK = (first_stages, evidence_stage, rerank_stage, mmr_stage)  # the rule of params.DEFAULT, without the feedback stages
+BEFORE_EVIDENCE = (first_stages, rerank_stage, mmr_stage)  # the rule params.DEFAULT came from, before evidence_shift
 
 
 def config_of(params: RetrievalParams) -> crossval.Config:
@@ -60,6 +69,8 @@ def describe(cfg: crossval.Config) -> str:
     parts = [f"{v['lexical']} {v['fusion']} w_vec={v['weights'][0]:g}"]
     if v.get("sparse_weight"):
         parts[0] += f" w_splade={v['sparse_weight']:g}"
+    if v.get("evidence_shift"):
+        parts[0] += f" shift={v['evidence_shift']:g}"
     if v.get("rerank") and v.get("rerank_weight", 1.0) > 0:
         parts.append(f"rerank({v.get('rerank_idf', 'pool')} idf{', by rank' if v.get('rerank_fusion') == 'rrf' else ''}) w={v['rerank_weight']:g}")
     if v.get("prf_docs") and v.get("prf_weight", 0.5) > 0:

@@ -17,7 +17,7 @@ import psycopg
 from retrieval_assets.index.tables import statement
 from retrieval_assets.search import snapshot
 from retrieval_assets.search.tsquery import LEXEMES, PARSED, clean
-from retrieval_assets.types import Hit, as_hits
+from retrieval_assets.types import Hit, ScoredList, as_hits
 
 
 _TERM_SCORE = "q.idf * u.tf / (u.tf + %(k1)s * (1 - %(b)s + %(b)s * u.len / %(avgdl)s))"
@@ -156,9 +156,11 @@ def _terms(rows: list, weights: Mapping[str, float] | None = None) -> dict | Non
             "avgdl": avgdl}
 
 
-def _top(conn: psycopg.Connection, schema: str, query: dict, n: int, k1: float, b: float) -> list[Hit]:
-    """The top ``n`` for ``_terms``'s ``query``: the lead or every posting (see ``bm25_search``)."""
+def _top(conn: psycopg.Connection, schema: str, query: dict, n: int, k1: float, b: float) -> ScoredList:
+    """The top ``n`` for ``_terms``'s ``query``: the lead or every posting (see ``bm25_search``), with its ``ceiling``:
+    the score of a chunk of average length holding each term once, the (weighted) idf sum over 1 + k1."""
     terms, idfs, dfs = query["terms"], np.array(query["idfs"]), query["dfs"]
+    ceiling = float(idfs.sum()) / (1.0 + k1)
     params = {"terms": terms, "idfs": query["idfs"], "neg": query["neg"], "n": n, "k1": float(k1), "b": float(b),
               "avgdl": query["avgdl"]}
     bound_rest = np.concatenate([np.cumsum(idfs[::-1])[::-1][1:], [0.0]])  # idf sum of the terms after each lead
@@ -166,11 +168,11 @@ def _top(conn: psycopg.Connection, schema: str, query: dict, n: int, k1: float, 
     while lead < len(terms) and np.sum(dfs[:lead]) * len(terms) * LOOKUP_COST < np.sum(dfs):
         found = conn.execute(statement(schema, _LEAD), {**params, "lead": terms[:lead]}).fetchall()
         if len(found) == n and found[-1][1] >= bound_rest[lead - 1]:
-            return as_hits(found)
+            return ScoredList(as_hits(found), ceiling)
         # the n-th score only grows with the lead: skip to the first lead whose bound it reaches
         reached = int(np.argmax(bound_rest <= found[-1][1])) + 1 if len(found) == n else 0
         lead = max(lead + 1, reached)
-    return as_hits(conn.execute(statement(schema, _ALL), params).fetchall())
+    return ScoredList(as_hits(conn.execute(statement(schema, _ALL), params).fetchall()), ceiling)
 
 
 # RM3 (Lavrenko and Croft's relevance model, interpolated with the query as in Abdul-Jaleel et

@@ -2,7 +2,9 @@
 
 Contract: ``rrf`` fuses ranked lists by ``sum(weight / (k + rank))``; ``convex`` by a weighted
 sum of each list's scores normalised over the list (``normalise``: min-max or z-score); ``fuse``
-picks one by ``params.fusion``. Fused lists break ties by chunk_id and keep each item's rank per list.
+picks one by ``params.fusion``, with ``query_weights``: the fixed weights, or (``params.evidence_shift``) weights that
+move toward the vector list as the lexical list's evidence for this query (``lexical_evidence``) is weak. Fused lists
+break ties by chunk_id and keep each item's rank per list.
 """
 
 from __future__ import annotations
@@ -67,10 +69,33 @@ def convex(lists: Sequence[Sequence[Hit]], method: str = "minmax", weights: Sequ
     return [Ranked(ids[i], float(total[i]), rank, tuple(int(r) or None for r in ranks[i])) for rank, i in enumerate(order, 1)]
 
 
+def lexical_evidence(lexical: Sequence[Hit]) -> float:
+    """The lexical list's evidence for its query, in [0, 1]: its top score over its ``ceiling`` (``types.ScoredList``; BM25:
+    the score of a chunk of average length holding every query term once), at most 1. A top hit that matches only a
+    small share of the query's idf mass scores low. 1 (full evidence: nothing moves) for an empty list or one without a
+    ceiling (ts_rank_cd's, RM3's expanded list)."""
+    ceiling = getattr(lexical, "ceiling", 0.0)
+    if not lexical or ceiling <= 0:
+        return 1.0
+    return float(min(1.0, max(0.0, lexical[0].score / ceiling)))
+
+
+def query_weights(lists: Sequence[Sequence[Hit]], params: RetrievalParams = DEFAULT) -> tuple[float, ...]:
+    """The fusion weights of ``lists`` (vector, lexical, SPLADE) for this query: ``params.weights`` and
+    ``params.sparse_weight``, with ``params.evidence_shift * (1 - lexical_evidence)`` of the lexical weight moved to
+    the vector list (their sum kept). Non-increasing in the evidence for the vector weight, non-decreasing for the
+    lexical; ``evidence_shift`` 0, or fewer than two lists: the fixed weights exactly."""
+    weights = (*params.weights, params.sparse_weight)[: len(lists)]
+    if not params.evidence_shift or len(lists) < 2:
+        return weights
+    moved = weights[1] * params.evidence_shift * (1.0 - lexical_evidence(lists[1]))
+    return (weights[0] + moved, weights[1] - moved, *weights[2:])
+
+
 def fuse(lists: Sequence[Sequence[Hit]], params: RetrievalParams = DEFAULT) -> list[Ranked]:
     """The first-stage lists (vector, lexical and, when given, the SPLADE list) fused by ``params.fusion`` with
-    ``params.weights`` and ``params.sparse_weight`` (``rrf`` with ``params.rrf_k``)."""
-    weights = (*params.weights, params.sparse_weight)[: len(lists)]
+    ``query_weights`` (``rrf`` with ``params.rrf_k``)."""
+    weights = query_weights(lists, params)
     if params.fusion == "rrf":
         return rrf(lists, params.rrf_k, weights)
     return convex(lists, params.fusion, weights)

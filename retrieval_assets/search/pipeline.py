@@ -148,7 +148,7 @@ def first_stage_key(query: str, params: RetrievalParams) -> tuple:
     if params.bm25_feedback:
         key += ("rm3", params.prf_docs, params.prf_terms, params.prf_weight)
     if params.vector_feedback:
-        key += ("rocchio", params.prf_docs, params.prf_beta, params.fusion, params.weights, params.rrf_k)
+        key += ("rocchio", params.prf_docs, params.prf_beta, params.fusion, params.weights, params.rrf_k, params.evidence_shift)
     if params.sparse_weight:
         key += ("splade",)
     return key
