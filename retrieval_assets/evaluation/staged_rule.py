@@ -24,7 +24,8 @@ from retrieval_assets.search.rerank import CorpusStats, LexicalReranker
 ALPHAS = tuple(round(a, 1) for a in np.linspace(0, 1, 11))
 BASE = crossval.config(rerank=False, mmr_lambda=None)
 # the parameters the rule chooses among (the benchmarks' feedback stages add prf_*)
-FIELDS = ("lexical", "fusion", "weights", "rerank", "rerank_weight", "rerank_fusion", "rerank_idf", "mmr_lambda", "sparse_weight")
+FIELDS = ("lexical", "fusion", "weights", "rerank", "rerank_weight", "rerank_fusion", "rerank_idf", "mmr_lambda", "sparse_weight",
+          "doc_weight")
 
 
 def first_stages(_current: crossval.Config) -> list[crossval.Config]:
@@ -37,12 +38,19 @@ def rerank_stage(_current: crossval.Config, fusions=RERANK_FUSION) -> list[cross
             for w in ALPHAS[1:]]
 
 
+def document_stage(current: crossval.Config) -> list[crossval.Config]:
+    """Document evidence after the rerank (``documents.blend``), weight 0.1..1; the rerank switched on at weight 0 if off."""
+    off = {} if dict(current).get("rerank") else {"rerank": True, "rerank_weight": 0.0}
+    return [crossval.config(doc_weight=w, **off) for w in ALPHAS[1:]]
+
+
 def mmr_stage(current: crossval.Config) -> list[crossval.Config]:
     off = {} if dict(current).get("rerank") else {"rerank": True, "rerank_weight": 0.0}
     return [crossval.config(mmr_lambda=lam, **off) for lam in (0.5, 0.7, 0.9)]
 
 
-NO_FEEDBACK = (first_stages, rerank_stage, mmr_stage)  # the rule params.DEFAULT came from, without the feedback stages
+NO_FEEDBACK = (first_stages, rerank_stage, document_stage, mmr_stage)  # the rule, without the feedback stages
+BEFORE_DOCUMENTS = (first_stages, rerank_stage, mmr_stage)  # the rule params.DEFAULT came from (before document evidence)
 
 
 def config_of(params: RetrievalParams) -> crossval.Config:
@@ -62,6 +70,8 @@ def describe(cfg: crossval.Config) -> str:
         parts[0] += f" w_splade={v['sparse_weight']:g}"
     if v.get("rerank") and v.get("rerank_weight", 1.0) > 0:
         parts.append(f"rerank({v.get('rerank_idf', 'pool')} idf{', by rank' if v.get('rerank_fusion') == 'rrf' else ''}) w={v['rerank_weight']:g}")
+    if v.get("rerank") and v.get("doc_weight"):
+        parts.append(f"doc evidence w={v['doc_weight']:g}")
     if v.get("prf_docs") and v.get("prf_weight", 0.5) > 0:
         parts.append(f"RM3({v['prf_docs']} docs, {v.get('prf_terms', 10)} terms, w={v.get('prf_weight', 0.5):g})")
     if v.get("prf_docs") and v.get("prf_beta"):
