@@ -17,20 +17,13 @@ import numpy as np
 from retrieval_assets.search.fusion import normalise
 from retrieval_assets.types import Chunk, Hit, Ranked
 
-HOW = "sum"  # how a document's chunks' lexical scores add up: "sum" or "max"
-
 
 def evidence(ranked: Sequence[Ranked], chunks: Mapping[str, Chunk], lexical: Sequence[Hit]) -> np.ndarray:
     """Per item of ``ranked``: the summed lexical score of the pool's chunks of its document."""
     score = {h.chunk_id: h.score for h in lexical}
     docs, of = np.unique([chunks[r.chunk_id].doc_id for r in ranked], return_inverse=True)
     own = np.fromiter((score.get(r.chunk_id, 0.0) for r in ranked), dtype=np.float64, count=len(ranked))
-    if HOW == "max":
-        total = np.full(len(docs), -np.inf)
-        np.maximum.at(total, of, own)
-    else:
-        total = np.bincount(of, weights=own, minlength=len(docs))
-    return total[of]
+    return np.bincount(of, weights=own, minlength=len(docs))[of]
 
 
 def blend(ranked: Sequence[Ranked], chunks: Mapping[str, Chunk], lexical: Sequence[Hit], weight: float) -> list[Ranked]:
