@@ -48,6 +48,7 @@ class RetrievalParams:
     rerank_weight: float = 1.0  # rerank score = w * reranker score + (1 - w) * fused score, both min-max normalised over the pool
     rerank_fusion: str = "minmax"  # one of RERANK_FUSION: "rrf" mixes ranks instead, w / (rrf_k + reranker rank) + (1 - w) / (rrf_k + fused rank)
     rerank_idf: str = "pool"  # the BM25 reranker's idf: from the fused pool (the seed's) or every chunk of the index
+    doc_weight: float = 0.0  # document evidence after the rerank (documents.blend), in [0, 1]; 0: none (needs rerank)
     mmr_lambda: float | None = 0.7  # MMR over the reranked pool; None: no MMR
     ef_search: int | None = None  # HNSW candidate list; None: n; clamped to 40..EF_SEARCH_MAX
     statement_timeout_ms: int = 10_000  # every search statement of pipeline.run; 0: no limit
@@ -82,6 +83,8 @@ class RetrievalParams:
             raise ValueError(f"rerank_idf must be one of {', '.join(RERANK_IDF)}, got {self.rerank_idf!r}")
         if not _unit(self.rerank_weight):
             raise ValueError(f"rerank_weight must be a number within [0, 1] (1: the reranker's score alone), got {self.rerank_weight!r}")
+        if not _unit(self.doc_weight):
+            raise ValueError(f"doc_weight must be a number within [0, 1] (0: no document evidence), got {self.doc_weight!r}")
         if self.mmr_lambda is not None and not (isinstance(self.mmr_lambda, (int, float)) and 0 <= self.mmr_lambda <= 1):
             raise ValueError(f"mmr_lambda must be within [0, 1] (or None for no MMR), got {self.mmr_lambda!r}")
         if self.ef_search is not None and (not isinstance(self.ef_search, int) or isinstance(self.ef_search, bool) or self.ef_search < 1):
@@ -113,6 +116,8 @@ class RetrievalParams:
             blend = "" if self.rerank_weight == 1 else (f" blended {self.rerank_weight:g} with the fused score" if self.rerank_fusion == "minmax"
                                                         else f" fused by rank {self.rerank_weight:g} with the fused list")
             parts.append(f"BM25 rerank ({self.rerank_idf} idf){blend}")
+        if self.rerank and self.doc_weight > 0:
+            parts.append(f"document evidence {self.doc_weight:g}")
         if self.rerank and self.mmr_lambda is not None:
             parts.append(f"MMR {self.mmr_lambda:g}")
         if self.bm25_feedback:

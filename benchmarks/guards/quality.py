@@ -43,8 +43,8 @@ from retrieval_assets import partitions, pg
 from retrieval_assets.corpus import datasets, golden
 from retrieval_assets.evaluation import benchmark, crossval
 from retrieval_assets.evaluation.metrics import ndcg_at_k, recall_at_k
-from retrieval_assets.evaluation.staged_rule import (ALPHAS, BEFORE_EVIDENCE, NO_FEEDBACK, Scorer, config_of, describe, first_stages, mmr_stage,
-                                                     rerank_stage)
+from retrieval_assets.evaluation.staged_rule import (ALPHAS, BEFORE_DOCUMENTS, BEFORE_EVIDENCE, NO_FEEDBACK, Scorer, config_of,
+                                                     describe, document_stage, first_stages, mmr_stage, rerank_stage)
 from retrieval_assets.params import DEFAULT, SEED
 from retrieval_assets.index.splade import SpladeEncoder
 from retrieval_assets.search import sparse
@@ -91,15 +91,18 @@ def sparse_stage(_current: crossval.Config) -> list[crossval.Config]:
     return [crossval.config(sparse_weight=w) for w in ALPHAS[1:]]
 
 
-STAGES = (first_stages, rm3_stage, rocchio_stage, rerank_stage, mmr_stage)
-WITH_SPARSE = (first_stages, sparse_stage, rerank_stage, mmr_stage)  # the SPLADE list as a third fused list
+STAGES = (first_stages, rm3_stage, rocchio_stage, rerank_stage, document_stage, mmr_stage)
+WITH_SPARSE = (first_stages, sparse_stage, rerank_stage, document_stage, mmr_stage)  # the SPLADE list as a third fused list
 # for comparison: the first stage alone, and the no-feedback rule with the rerank stage it had before rank fusion
 # (stages, what a later stage must raise: every dataset's training mean, the default rule's, or every setting's)
 RULES = {"first stage alone (joint rule)": ((first_stages,), "dataset"),
          "joint rule before issue 37: score-blend rerank only": ((first_stages, score_rerank_stage, mmr_stage), "dataset"),
          "joint rule, a stage kept only when it helps every setting, no feedback stages": (NO_FEEDBACK, "setting"),
          "joint rule before the query-dependent fusion weight (evidence_shift), no feedback stages": (BEFORE_EVIDENCE, "dataset"),
-         "joint rule with the SPLADE list, no feedback stages": (WITH_SPARSE, "dataset")}
+         "joint rule with the SPLADE list, no feedback stages": (WITH_SPARSE, "dataset"),
+         "default rule before document evidence, no feedback stages": (BEFORE_DOCUMENTS, "dataset"),
+         "default rule, params.DEFAULT kept unless clearly beaten, no feedback stages": (NO_FEEDBACK, "dataset", "prior"),
+         "every setting, params.DEFAULT kept unless clearly beaten, no feedback stages": (NO_FEEDBACK, "setting", "prior")}
 CALIBRATED = ("calibrated on the corpus's own queries, else the default rule (crossval.calibrate), no feedback stages", NO_FEEDBACK), \
     ("calibrated on the corpus's own queries, SPLADE list offered, else the default rule", WITH_SPARSE)
 SEED_CONFIG = config_of(SEED)
@@ -213,11 +216,12 @@ def main(argv: list[str] | None = None) -> int:
         mine = [s for s in settings if s.embedder == e]
         for dataset in ("cranfield", "golden"):
             alone.update({(dataset, e): crossval.cross_validate(mine, NO_FEEDBACK, fold_sets, sizes, held_out=dataset)[e]})
-    for label, (stages, every) in RULES.items():
+    for label, (stages, every, *prior) in RULES.items():
         if args.no_sparse and stages is WITH_SPARSE:
             continue
         for dataset in ("cranfield", "golden"):
-            for e, held in crossval.cross_validate(fit_on, stages, fold_sets, sizes, held_out=dataset, every=every).items():
+            for e, held in crossval.cross_validate(fit_on, stages, fold_sets, sizes, held_out=dataset, every=every,
+                                                   prior=DEFAULT_CONFIG if prior else None).items():
                 rows.append((next(s for s in settings if (s.dataset, s.embedder) == (dataset, e)), label, held))
         log(f"{label}: done")
     for s in settings:
@@ -272,6 +276,11 @@ def main(argv: list[str] | None = None) -> int:
                          f"{before_h.mean:.3f}, paired difference {diff:+.3f} [{lo:+.3f}, {hi:+.3f}], better on {wins} queries, worse on {losses}")
     conceptual = np.array([q.kind == "conceptual" for q in golden_set])
     by_label = {(s.dataset, s.embedder, label): h for s, label, h in rows}
+    for s in fit_on:  # what the document-evidence stage changes, same run, same folds
+        new, old = before[s.dataset, s.embedder].scores, by_label[s.dataset, s.embedder, "default rule before document evidence, no feedback stages"].scores
+        diff, lo, hi, wins, losses = common.paired_difference(new, old)
+        notes.append(f"- {s.dataset}/{s.embedder}, default rule with the document-evidence stage against before it: {new.mean():.3f} vs "
+                     f"{old.mean():.3f}, paired difference {diff:+.3f} [{lo:+.3f}, {hi:+.3f}], better on {wins} queries, worse on {losses}")
     for e in args.embedders:
         for label in ("default rule, no feedback stages", *RULES, *(label for label, _ in CALIBRATED)):
             if ("golden", e, label) not in by_label:

@@ -60,7 +60,7 @@ class Setting:
 
 
 def choose(settings: Sequence[Setting], stages: Sequence[Callable[[Config], Sequence[Config]]],
-           train: Mapping[str, np.ndarray], *, every: str = "dataset") -> Config:
+           train: Mapping[str, np.ndarray], *, every: str = "dataset", prior: Config | None = None) -> Config:
     """The staged rule on the training queries (``train``: index array per dataset).
 
     ``stages[0]`` lists first-stage candidates (it receives an empty config); each later stage
@@ -68,7 +68,9 @@ def choose(settings: Sequence[Setting], stages: Sequence[Callable[[Config], Sequ
     dataset (``every="dataset"``, the mean over its settings: the rule params.DEFAULT came from) or of
     every setting (``every="setting"``: each embedder on each dataset, so a later stage never trades one
     embedder's loss for another's gain) qualify, and the best of them is kept (none qualifying: the stage is skipped). The
-    objective is the mean over datasets of the mean over that dataset's settings of the training mean.
+    objective is the mean over datasets of the mean over that dataset's settings of the training mean. ``prior`` (the
+    committed default): kept unless the rule's choice beats it clearly (``clearly_better``), so that near-equal
+    settings do not flip from fold to fold.
     """
     if every not in ("setting", "dataset"):
         raise ValueError(f"every must be 'setting' or 'dataset', got {every!r}")
@@ -92,7 +94,22 @@ def choose(settings: Sequence[Setting], stages: Sequence[Callable[[Config], Sequ
                    if all(score > before for score, before in zip(guarded(c), now))]
         if helping:
             current = max(helping, key=objective)
+    if prior is not None and current != prior and not clearly_better(settings, current, prior, train):
+        return prior
     return current
+
+
+def clearly_better(settings: Sequence[Setting], cfg: Config, prior: Config, train: Mapping[str, np.ndarray], *,
+                   resamples: int = 10_000, seed: int = 0) -> bool:
+    """Whether ``cfg``'s training gain over ``prior`` has its 95% bootstrap interval above 0: the gain is the mean over
+    datasets of the mean paired per-query difference (over that dataset's settings), each dataset's queries resampled
+    on their own. The bar ``calibrated`` sets a corpus's own rule, not a margin tuned on any scores."""
+    rng, gains = np.random.default_rng(seed), np.zeros(resamples)
+    datasets = sorted({s.dataset for s in settings})
+    for d in datasets:
+        diff = np.mean([s.score(cfg)[train[d]] - s.score(prior)[train[d]] for s in settings if s.dataset == d], axis=0)
+        gains += diff[rng.integers(0, len(diff), size=(resamples, len(diff)))].mean(axis=1) / len(datasets)
+    return bool(np.quantile(gains, 0.025) > 0)
 
 
 @dataclass(frozen=True)
@@ -114,11 +131,11 @@ class HeldOut:
 
 def cross_validate(settings: Sequence[Setting], stages: Sequence[Callable[[Config], Sequence[Config]]],
                    fold_sets: Mapping[str, Sequence[np.ndarray]], sizes: Mapping[str, int], *,
-                   held_out: str | None = None, every: str = "dataset") -> dict[str, HeldOut]:
+                   held_out: str | None = None, every: str = "dataset", prior: Config | None = None) -> dict[str, HeldOut]:
     """Per setting of the ``held_out`` dataset (default: the only dataset), the held-out scores of the rule.
 
     For fold i of that dataset the rule trains on its other folds plus every query of the other
-    datasets, and the fold's queries are scored with the choice.
+    datasets, and the fold's queries are scored with the choice (``every``, ``prior``: as ``choose``).
     """
     datasets = sorted({s.dataset for s in settings})
     target = held_out or (datasets[0] if len(datasets) == 1 else None)
@@ -130,7 +147,7 @@ def cross_validate(settings: Sequence[Setting], stages: Sequence[Callable[[Confi
     for test in fold_sets[target]:
         train = {d: np.arange(sizes[d]) for d in datasets}
         train[target] = np.setdiff1d(np.arange(sizes[target]), test)
-        pick = choose(settings, stages, train, every=every)
+        pick = choose(settings, stages, train, every=every, prior=prior)
         picks.append(pick)
         for s in mine:
             scores[s.embedder][test] = s.score(pick)[test]

@@ -26,7 +26,7 @@ ALPHAS = tuple(round(a, 1) for a in np.linspace(0, 1, 11))
 BASE = crossval.config(rerank=False, mmr_lambda=None)
 # the parameters the rule chooses among (the benchmarks' feedback stages add prf_*)
 FIELDS = ("lexical", "fusion", "weights", "rerank", "rerank_weight", "rerank_fusion", "rerank_idf", "mmr_lambda", "sparse_weight",
-          "evidence_shift")
+          "evidence_shift", "doc_weight")
 SHIFTS = (0.25, 0.5, 0.75, 1.0)  # evidence_stage's shares of the lexical weight that may move to the vector list
 
 
@@ -45,13 +45,20 @@ def rerank_stage(_current: crossval.Config, fusions=RERANK_FUSION) -> list[cross
             for w in ALPHAS[1:]]
 
 
+def document_stage(current: crossval.Config) -> list[crossval.Config]:
+    """Document evidence after the rerank (``documents.blend``), weight 0.1..1; the rerank switched on at weight 0 if off."""
+    off = {} if dict(current).get("rerank") else {"rerank": True, "rerank_weight": 0.0}
+    return [crossval.config(doc_weight=w, **off) for w in ALPHAS[1:]]
+
+
 def mmr_stage(current: crossval.Config) -> list[crossval.Config]:
     off = {} if dict(current).get("rerank") else {"rerank": True, "rerank_weight": 0.0}
     return [crossval.config(mmr_lambda=lam, **off) for lam in (0.5, 0.7, 0.9)]
 
 
-NO_FEEDBACK = (first_stages, evidence_stage, rerank_stage, mmr_stage)  # the rule of params.DEFAULT, without the feedback stages
-BEFORE_EVIDENCE = (first_stages, rerank_stage, mmr_stage)  # the rule params.DEFAULT came from, before evidence_shift
+NO_FEEDBACK = (first_stages, evidence_stage, rerank_stage, document_stage, mmr_stage)  # the rule, without the feedback stages
+BEFORE_EVIDENCE = (first_stages, rerank_stage, document_stage, mmr_stage)  # the rule without evidence_shift's stage
+BEFORE_DOCUMENTS = (first_stages, evidence_stage, rerank_stage, mmr_stage)  # the rule without doc_weight's stage
 
 
 def config_of(params: RetrievalParams) -> crossval.Config:
@@ -73,6 +80,8 @@ def describe(cfg: crossval.Config) -> str:
         parts[0] += f" shift={v['evidence_shift']:g}"
     if v.get("rerank") and v.get("rerank_weight", 1.0) > 0:
         parts.append(f"rerank({v.get('rerank_idf', 'pool')} idf{', by rank' if v.get('rerank_fusion') == 'rrf' else ''}) w={v['rerank_weight']:g}")
+    if v.get("rerank") and v.get("doc_weight"):
+        parts.append(f"doc evidence w={v['doc_weight']:g}")
     if v.get("prf_docs") and v.get("prf_weight", 0.5) > 0:
         parts.append(f"RM3({v['prf_docs']} docs, {v.get('prf_terms', 10)} terms, w={v.get('prf_weight', 0.5):g})")
     if v.get("prf_docs") and v.get("prf_beta"):

@@ -28,7 +28,7 @@ from psycopg.rows import dict_row
 
 from retrieval_assets.index import copies, vector_index
 
-from retrieval_assets.search import dense, fusion, hybrid, snapshot, sparse as splade_list
+from retrieval_assets.search import dense, documents, fusion, hybrid, snapshot, sparse as splade_list
 from retrieval_assets.index.splade import SpladeEncoder
 from retrieval_assets.index.embed import Embedder, embed_queries
 from retrieval_assets.params import (DEFAULT, MAX_QUERY_CHARS, MAX_QUERY_NEGATIONS, MAX_QUERY_TERMS, RetrievalParams, hnsw_ef_search,
@@ -204,6 +204,7 @@ def run(conn: psycopg.Connection, retriever: Retriever, query: str, params: Retr
         reranked = blend(reranker.rerank(query, pool, len(pool)), evidence, params.rerank_weight, params.rerank_fusion, params.rrf_k)
     else:  # the fused order, the pool's positions as ranks
         reranked = [Ranked(c.chunk_id, evidence[c.chunk_id], i, (i,)) for i, c in enumerate(pool, 1)]
+    reranked = documents.blend(reranked, chunks, text, params.doc_weight)
     if params.mmr_lambda is None:
         return Trace(vector_q, vector, text, fused, reranked, reranked[: params.k], chunks, sparse)
     final = mmr(vector_q, reranked, [rows[r.chunk_id][1] for r in reranked], lam=params.mmr_lambda, top_k=params.k)
