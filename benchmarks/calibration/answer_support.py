@@ -160,7 +160,8 @@ def choose_focus(train: list[dict], picking: answer.Picking) -> answer.Picking:
 
 def outcome(d: dict, p_q, p_off, p_un, t_q, t_off, picking: answer.Picking) -> dict:
     """Relevant among the sources (the answerer's ceiling), answered with a relevant source, answered at all, share of
-    cited sources relevant, refused (off-corpus: all, English, other languages), seed floor."""
+    cited sources relevant, refused (off-corpus: all, English, other languages; on-topic unanswerable, with and without the
+    focus rule), seed floor."""
     extract = lambda q, found: answer.extractive_answer(q, [c for c, _ in found], scores=[s for _, s in found], floor=0.0,  # noqa: E731
                                                        stats=d["stats"], picking=picking)
     hits, precision = cited(d, picking)
@@ -177,7 +178,8 @@ def outcome(d: dict, p_q, p_off, p_un, t_q, t_off, picking: answer.Picking) -> d
                       for q, f in zip(d["queries"], d["found_q"])])  # the rank of the first relevant source (99: none)
     return {"ceiling": [np.mean(first < k) for k in (1, 3, 5)], "relevant": np.mean(np.asarray(hits) & supported),
             "answered": sum(answered) / len(hits), "precision": np.mean(precision),
-            "refused": refused.mean(), "unanswerable": np.mean(unanswerable[0]), "unanswerable_before": np.mean(unanswerable[1]), "refused_en": refused[english].mean(), "refused_other": refused[~english].mean(),
+            "refused": refused.mean(), "refused_en": refused[english].mean(), "refused_other": refused[~english].mean(),
+            "unanswerable": np.mean(unanswerable[0]), "unanswerable_before": np.mean(unanswerable[1]),
             "seed_answered": np.mean([top(f) >= answer.SUPPORT_FLOOR for f in d["found_q"]]),
             "seed_refused": np.mean([top(f) < answer.SUPPORT_FLOOR for f in d["found_off"]])}
 
