@@ -10,6 +10,7 @@ offline with the sources' own sentences, each cited. Answers are checked by ``ci
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -204,7 +205,7 @@ class Picking:
 # cite a relevant source for at most one question fewer than the best setting, on each corpus and embedder (docs/answers.md);
 # then the focus rule that refuses the most of the corpora's on-topic unanswerable questions without citing a relevant
 # source for fewer answerable ones (choose_focus).
-PICKING = Picking((1.0, 2.0, 0.0), sources=3, keep=0.5, claim=0.5, unknown=0.45, quoted=0.5)
+PICKING = Picking((1.0, 2.0, 0.0), sources=3, keep=0.5, claim=0.5, unknown=0.4, quoted=0.5)
 
 
 @dataclass(frozen=True)
@@ -215,8 +216,10 @@ class SentenceTable:
     candidates: list[tuple[str, int]]
     bm25: np.ndarray
     claims: np.ndarray
-    terms: list[dict[str, float]] | None = None  # per candidate: the question's terms it holds, with their share of the idf mass
-    unknown: float = 0.0  # the share of the question's idf mass in words no chunk of the corpus holds (0 without corpus stats)
+    # per candidate: the question's terms it holds, with their share of the question's idf mass (a word no chunk holds
+    # weighing as one that one chunk holds); and that mass's share in words no chunk holds (0 without corpus stats)
+    terms: list[dict[str, float]] | None = None
+    unknown: float = 0.0
 
 
 def sentence_table(query: str, chunks: Sequence[Chunk], scores: Sequence[float] | None = None,
@@ -240,9 +243,11 @@ def sentence_table(query: str, chunks: Sequence[Chunk], scores: Sequence[float] 
     best = max(scores, default=0.0) if scores is not None else 0.0
     claims = np.array([[1 / n, support.idf_share(idf, tf), max(scores[n - 1], 0.0) / best if best > 0 else 0.0]
                        for n, tf in enumerate(counts, 1)], dtype=float).reshape(-1, 3)
-    mass = sum(idf.values()) or 1.0
-    terms = [{t: v / mass for t, v in idf.items() if held[t]} for held in (support.stems(s) for s, _ in candidates)]
-    unknown = 1.0 - support.idf_share(idf, stats.df) if corpus and idf else 0.0
+    rarest = math.log(1 + (stats.n - 0.5) / 1.5)  # the idf of a word one chunk holds: a word none holds weighs no more
+    focus = {t: v if stats.df.get(t, 0) else rarest for t, v in idf.items()}
+    mass = sum(focus.values()) or 1.0
+    terms = [{t: v / mass for t, v in focus.items() if held[t]} for held in (support.stems(s) for s, _ in candidates)]
+    unknown = 1.0 - support.idf_share(focus, stats.df) if corpus and focus else 0.0
     return SentenceTable(candidates, _sentence_scores(query, [s for s, _ in candidates]), claims, terms, unknown)
 
 
