@@ -14,7 +14,9 @@ holding its anchor ("cited sources relevant": the share of an answer's cited sou
 question counts as refused when the final answer is the refusal. The extractive answerer's picking (answer.Picking)
 is chosen per held-out corpus on the other two corpora's answerable questions, both embedders (choose_picking: the
 highest share of cited sources relevant among the settings that cite a relevant source for at most one question
-fewer than the best setting, on each training corpus and embedder); answer.PICKING is that choice on all three.
+fewer than the best setting, on each training corpus and embedder), then its focus rule (choose_focus: the most of the
+training corpora's on-topic unanswerable questions refused, written per corpus beside its golden questions, without
+citing a relevant source for fewer answerable ones); answer.PICKING is that choice on all three.
 The seed's BM25 floor (answer.SUPPORT_FLOOR) is shown beside it. --write-default fits each embedder's model on all
 corpora (and one pooled over embedders) with the parameters chosen over them, into
 retrieval_assets/answers/support_defaults.json.
@@ -22,11 +24,13 @@ retrieval_assets/answers/support_defaults.json.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import json
 from pathlib import Path
 
 import numpy as np
+import yaml
 
 from benchmarks import common
 from benchmarks.calibration import package_corpora
@@ -93,12 +97,15 @@ def load(conn, name: str, path: Path, key: str) -> dict:
     retriever = pipeline.retriever(conn, schema, embedder, answer.SOURCES)
     queries = golden.load_golden(path / "golden.yaml", documents)
     off = calibration.off_corpus()
+    unanswerable = [r["query"] for r in yaml.safe_load((path / "unanswerable.yaml").read_text(encoding="utf-8"))]
     return {"name": name, "key": key, "chunks": len(chunks), "queries": queries, "folds": calibration.domain_folds(off),
             "stats": support.stem_stats(pipeline.corpus_stats(conn, schema)),
             "q": calibration.measure(conn, retriever, [q.query for q in queries], answer.SOURCES),
             "off": calibration.measure(conn, retriever, [q.question for q in off], answer.SOURCES),
             "found_q": [answer.sources(conn, retriever, q.query) for q in queries],
-            "found_off": [answer.sources(conn, retriever, q.question) for q in off]}
+            "found_off": [answer.sources(conn, retriever, q.question) for q in off], "un_q": unanswerable,
+            "un": calibration.measure(conn, retriever, unanswerable, answer.SOURCES),
+            "found_un": [answer.sources(conn, retriever, q) for q in unanswerable]}
 
 
 PICKINGS = [answer.Picking(w, n, keep, claim) for w in itertools.product((0.0, 1.0, 2.0), repeat=3) if any(w) for n in (1, 2, 3)
@@ -133,9 +140,28 @@ def choose_picking(train: list[dict]) -> answer.Picking:
                key=lambda p: (np.mean([np.mean(pr) if pr else 0.0 for _, pr in results[p]]), hits[p].sum()))
 
 
-def outcome(d: dict, p_q, p_off, t_q, t_off, picking: answer.Picking) -> dict:
+FOCUS = [(u, q) for u in np.round(np.arange(0.2, 0.65, 0.05), 2) for q in np.round(np.arange(0.2, 1.05, 0.1), 2)]
+
+
+def choose_focus(train: list[dict], picking: answer.Picking) -> answer.Picking:
+    """``picking`` with the focus rule (``Picking.unknown``, ``quoted``; off: 1.0, 0.0) that refuses the most of ``train``'s
+    on-topic unanswerable questions among the rules that cite a relevant source for as many answerable questions as
+    without the rule, on each training corpus and embedder; ties: the rule that acts on fewest questions (highest
+    unknown, then lowest quoted)."""
+    table = lambda d, q, f: answer.sentence_table(q, [c for c, _ in f], [s for _, s in f], d["stats"])  # noqa: E731
+    tables = [([table(d, q.query, f) for q, f in zip(d["queries"], d["found_q"])], [table(d, q, f) for q, f in zip(d["un_q"], d["found_un"])])
+              for d in train]
+    score = lambda p: ([sum(cited(d, p, t)[0]) for d, (t, _) in zip(train, tables)], sum(not answer.pick(t, p) for _, un in tables for t in un))  # noqa: E731
+    base = score(picking)[0]
+    rules = [dataclasses.replace(picking, unknown=float(u), quoted=float(q)) for u, q in FOCUS] + [picking]
+    scored = [(refused, p.unknown, -p.quoted, p) for p in rules for hits, refused in [score(p)] if hits >= base]
+    return max(scored, key=lambda x: x[:3])[3]
+
+
+def outcome(d: dict, p_q, p_off, p_un, t_q, t_off, picking: answer.Picking) -> dict:
     """Relevant among the sources (the answerer's ceiling), answered with a relevant source, answered at all, share of
-    cited sources relevant, refused (off-corpus: all, English, other languages), seed floor."""
+    cited sources relevant, refused (off-corpus: all, English, other languages; on-topic unanswerable, with and without the
+    focus rule), seed floor."""
     extract = lambda q, found: answer.extractive_answer(q, [c for c, _ in found], scores=[s for _, s in found], floor=0.0,  # noqa: E731
                                                        stats=d["stats"], picking=picking)
     hits, precision = cited(d, picking)
@@ -144,12 +170,16 @@ def outcome(d: dict, p_q, p_off, t_q, t_off, picking: answer.Picking) -> dict:
     off = calibration.off_corpus()
     refused = np.array([p < t or extract(q.question, f).faithfulness.refused for q, f, p, t in zip(off, d["found_off"], p_off, t_off)])
     english = np.array([q.lang == "en" for q in off])
+    unanswerable = [[p < t_q or extract(q, f).faithfulness.refused for q, f, p in zip(d["un_q"], d["found_un"], p_un)]
+                    for extract in (extract, lambda q, f: answer.extractive_answer(q, [c for c, _ in f], scores=[s for _, s in f], floor=0.0, stats=d["stats"],  # noqa: E731
+                                                                                   picking=dataclasses.replace(picking, unknown=1.0, quoted=0.0)))]
     top = lambda found: max((s for _, s in found), default=0.0)  # noqa: E731
     first = np.array([next((i for i, (c, _) in enumerate(f) if c.chunk_id in golden.relevant([c for c, _ in f], q)), 99)
                       for q, f in zip(d["queries"], d["found_q"])])  # the rank of the first relevant source (99: none)
     return {"ceiling": [np.mean(first < k) for k in (1, 3, 5)], "relevant": np.mean(np.asarray(hits) & supported),
             "answered": sum(answered) / len(hits), "precision": np.mean(precision),
             "refused": refused.mean(), "refused_en": refused[english].mean(), "refused_other": refused[~english].mean(),
+            "unanswerable": np.mean(unanswerable[0]), "unanswerable_before": np.mean(unanswerable[1]),
             "seed_answered": np.mean([top(f) >= answer.SUPPORT_FLOOR for f in d["found_q"]]),
             "seed_refused": np.mean([top(f) < answer.SUPPORT_FLOOR for f in d["found_off"]])}
 
@@ -162,27 +192,29 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     corpora = {"fixture": common.CORPUS, **{name: package_corpora.build(name) for name in package_corpora.SOURCES}}
     lines = ["| corpus | embedder | chunks | answerable | relevant among the sources (top 1 / 3 / 5) | answered, relevant source cited | answered | cited sources relevant | off-corpus "
-             "refused (all / English / other languages) | fitted on | L2, threshold | seed floor: answered / refused |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "refused (all / English / other languages) | on-topic unanswerable refused (before the focus rule) | fitted on | L2, threshold | seed floor: answered / refused |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     defaults, pooled, keys = {}, [], args.embedders.split(",")
     with common.connect(args.dsn) as conn:
         data = {key: [load(conn, name, path, key) for name, path in corpora.items()] for key in keys}
     pickings = {name: choose_picking([d for key in keys for d in data[key] if d["name"] != name]) for name in corpora}
+    pickings = {name: choose_focus([d for key in keys for d in data[key] if d["name"] != name], p) for name, p in pickings.items()}
     for key in keys:
         for test in data[key]:
             train = [d for d in data[key] if d is not test]
             l2, thr = choose(train)
             p_q, p_off, g_q, g_off = held_out(train, test, l2)
-            o = outcome(test, p_q, p_off, max(thr, g_q), np.maximum(thr, g_off), pickings[test["name"]])
+            p_un = fit_on(train, l2).probabilities(test["un"].features(test["off"].top))
+            o = outcome(test, p_q, p_off, p_un, max(thr, g_q), np.maximum(thr, g_off), pickings[test["name"]])
             lines.append(f"| {test['name']} | {key} | {test['chunks']} | {len(test['queries'])} | {' / '.join(f'{c:.0%}' for c in o['ceiling'])} "
                          f"| {o['relevant']:.0%} | {o['answered']:.0%} "
                          f"| {o['precision']:.0%} | {o['refused']:.1%} / {o['refused_en']:.1%} / {o['refused_other']:.1%} "
-                         f"| {' + '.join(d['name'] for d in train)} | {l2:g}, {thr:.2f} (guard {g_q:.2f}) | {o['seed_answered']:.0%} / {o['seed_refused']:.1%} |")
+                         f"| {o['unanswerable']:.0%} ({o['unanswerable_before']:.0%}) | {' + '.join(d['name'] for d in train)} | {l2:g}, {thr:.2f} (guard {g_q:.2f}) | {o['seed_answered']:.0%} / {o['seed_refused']:.1%} |")
             print(lines[-1], flush=True)
         l2, thr = choose(data[key])
         defaults[key] = fit_on(data[key], l2, thr).as_dict() | {"l2": l2}
         pooled += data[key]
-    shipped = choose_picking([d for key in keys for d in data[key]])
+    shipped = choose_focus([d for key in keys for d in data[key]], choose_picking([d for key in keys for d in data[key]]))
     chosen = "\n".join([f"- held out {name}: {p}" for name, p in pickings.items()]
                        + [f"- on all corpora (not held out, never reported): {shipped}, {'the' if shipped == answer.PICKING else 'NOT the'} shipped answer.PICKING"])
     off = calibration.off_corpus()

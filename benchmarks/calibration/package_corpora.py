@@ -7,7 +7,7 @@ under /usr/share/doc/restic/html/_sources), ``git`` is the Git user manual (``gi
 Each is fetched with ``apt-get download`` (no root needed), unpacked with ``dpkg-deb -x`` and converted to Markdown:
 headings become ``#`` headings, literal and listing blocks become fences, inline markup its rendered text; prose is
 kept as it is. The questions (``answer_questions/<name>.yaml``, written here: question, doc_id, anchor) become the
-folder's golden.yaml. A folder built from the same package version is reused. Default cache:
+folder's golden.yaml, its on-topic questions the manual does not answer (``<name>-unanswerable.yaml``) its unanswerable.yaml. A folder built from the same package version is reused. Default cache:
 ``.retrieval/answer_corpora`` in the project (ignored by git).
 """
 
@@ -119,8 +119,9 @@ def build(name: str, cache: Path = CACHE) -> Path:
     target = cache / name
     if not (target / "VERSION").exists():
         _convert(name, target)
-    if (QUESTIONS / f"{name}.yaml").exists():
-        shutil.copyfile(QUESTIONS / f"{name}.yaml", target / "golden.yaml")
+    for questions, kept in ((f"{name}.yaml", "golden.yaml"), (f"{name}-unanswerable.yaml", "unanswerable.yaml")):
+        if (QUESTIONS / questions).exists():
+            shutil.copyfile(QUESTIONS / questions, target / kept)
     return target
 
 

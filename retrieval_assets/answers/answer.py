@@ -10,6 +10,7 @@ offline with the sources' own sentences, each cited. Answers are checked by ``ci
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -187,18 +188,24 @@ class Picking:
     its share of the question's content-word idf mass in its text and heading, its score over the best source's).
     The source with the highest claim gives its best sentence; each further one, in order of claim and up to ``sources``
     in all, only when it earns it: its best sentence scores at least ``keep`` times the best sentence of all, and its
-    claim is at least ``claim`` times the first's."""
+    claim is at least ``claim`` times the first's. It picks none (the answer refuses) when the question's focus is what
+    the corpus never names: the words no chunk holds carry at least ``unknown`` of the question's idf mass and the picked
+    sentences hold less than ``quoted`` of it ("which tokenizer does Claude use" on a corpus that never says "Claude")."""
 
     weights: tuple[float, float, float] = (1.0, 1.0, 1.0)
     sources: int = 3
     keep: float = 0.25
     claim: float = 0.0
+    unknown: float = 1.0
+    quoted: float = 0.0
 
 
 # Chosen on the fixture, restic's and Git's manuals with hash and MiniLM sources (benchmarks/calibration/answer_support.py;
 # its report gives each corpus's held-out choice): the highest share of cited sources relevant among the settings that
-# cite a relevant source for at most one question fewer than the best setting, on each corpus and embedder (docs/answers.md).
-PICKING = Picking((1.0, 2.0, 0.0), sources=3, keep=0.5, claim=0.5)
+# cite a relevant source for at most one question fewer than the best setting, on each corpus and embedder (docs/answers.md);
+# then the focus rule that refuses the most of the corpora's on-topic unanswerable questions without citing a relevant
+# source for fewer answerable ones (choose_focus).
+PICKING = Picking((1.0, 2.0, 0.0), sources=3, keep=0.5, claim=0.5, unknown=0.4, quoted=0.5)
 
 
 @dataclass(frozen=True)
@@ -209,6 +216,10 @@ class SentenceTable:
     candidates: list[tuple[str, int]]
     bm25: np.ndarray
     claims: np.ndarray
+    # per candidate: the question's terms it holds, with their share of the question's idf mass (a word no chunk holds
+    # weighing as one that one chunk holds); and that mass's share in words no chunk holds (0 without corpus stats)
+    terms: list[dict[str, float]] | None = None
+    unknown: float = 0.0
 
 
 def sentence_table(query: str, chunks: Sequence[Chunk], scores: Sequence[float] | None = None,
@@ -225,18 +236,24 @@ def sentence_table(query: str, chunks: Sequence[Chunk], scores: Sequence[float] 
             seen.add(key)
             candidates.append((sentence, n))
     counts = [support.stems(f"{c.text} {c.heading_path}") for c in chunks]
+    corpus = stats is not None
     if stats is None:
         stats = support.StemStats(len(chunks), {t: sum(bool(tf[t]) for tf in counts) for t in support.content_terms(query)}, 1.0)
     idf = support.question_idf(query, stats)
     best = max(scores, default=0.0) if scores is not None else 0.0
     claims = np.array([[1 / n, support.idf_share(idf, tf), max(scores[n - 1], 0.0) / best if best > 0 else 0.0]
                        for n, tf in enumerate(counts, 1)], dtype=float).reshape(-1, 3)
-    return SentenceTable(candidates, _sentence_scores(query, [s for s, _ in candidates]), claims)
+    rarest = math.log(1 + (stats.n - 0.5) / 1.5)  # the idf of a word one chunk holds: a word none holds weighs no more
+    focus = {t: v if stats.df.get(t, 0) else rarest for t, v in idf.items()}
+    mass = sum(focus.values()) or 1.0
+    terms = [{t: v / mass for t, v in focus.items() if held[t]} for held in (support.stems(s) for s, _ in candidates)]
+    unknown = 1.0 - support.idf_share(focus, stats.df) if corpus and focus else 0.0
+    return SentenceTable(candidates, _sentence_scores(query, [s for s, _ in candidates]), claims, terms, unknown)
 
 
 def pick(table: SentenceTable, picking: Picking = PICKING) -> list[int]:
     """Indices of the candidates the answer quotes, in answer order (see ``Picking``); none when no sentence shares a
-    content word with the question."""
+    content word with the question, or when the question's focus is what the corpus never names."""
     best: dict[int, int] = {}  # source number -> its best candidate
     for i, (_, n) in enumerate(table.candidates):
         if table.bm25[i] > 0 and (n not in best or table.bm25[i] > table.bm25[best[n]]):
@@ -247,7 +264,11 @@ def pick(table: SentenceTable, picking: Picking = PICKING) -> list[int]:
     claim = table.claims @ np.asarray(picking.weights, dtype=float)
     first, *rest = sorted(best, key=lambda n: (-claim[n - 1], n))
     earned = [n for n in rest if table.bm25[best[n]] >= picking.keep * top and claim[n - 1] >= picking.claim * claim[first - 1]]
-    return [best[n] for n in [first, *earned][: picking.sources]]
+    picked = [best[n] for n in [first, *earned][: picking.sources]]
+    held = set().union(*(table.terms[i].items() for i in picked)) if table.terms else set()
+    if table.unknown >= picking.unknown and sum(v for _, v in held) < picking.quoted:
+        return []
+    return picked
 
 
 def extractive_answer(query: str, chunks: Sequence[Chunk], *, scores: Sequence[float] | None = None, min_support: int = 1,
