@@ -321,6 +321,9 @@ def small_server(tmp_path_factory, corpus_documents):
         _force_exact(admin, "t41")
         assert admin.execute("SHOW max_connections").fetchone()[0] == "20"
     yield data, uri, handle
+    # The handle stops the postmaster it started only, and that one is gone after a restart: the running one is
+    # stopped here, or the handle's rmtree races its WAL writes ("Directory not empty: 'pg_wal'", seen in CI).
+    pg_ctl(["-w", "-m", "fast", "stop"], pgdata=data, user=handle.system_user)
     handle.cleanup()
 
 
