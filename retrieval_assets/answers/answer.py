@@ -10,7 +10,6 @@ offline with the sources' own sentences, each cited. Answers are checked by ``ci
 
 from __future__ import annotations
 
-import math
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -243,7 +242,7 @@ def sentence_table(query: str, chunks: Sequence[Chunk], scores: Sequence[float] 
     best = max(scores, default=0.0) if scores is not None else 0.0
     claims = np.array([[1 / n, support.idf_share(idf, tf), max(scores[n - 1], 0.0) / best if best > 0 else 0.0]
                        for n, tf in enumerate(counts, 1)], dtype=float).reshape(-1, 3)
-    rarest = math.log(1 + (stats.n - 0.5) / 1.5)  # the idf of a word one chunk holds: a word none holds weighs no more
+    rarest = stats.idf_at(1)  # the idf of a word one chunk holds: a word none holds weighs no more
     focus = {t: v if stats.df.get(t, 0) else rarest for t, v in idf.items()}
     mass = sum(focus.values()) or 1.0
     terms = [{t: v / mass for t, v in focus.items() if held[t]} for held in (support.stems(s) for s, _ in candidates)]

@@ -64,7 +64,10 @@ class StemStats:
     avg_len: float
 
     def idf(self, term: str) -> float:
-        df = self.df.get(term, 0)
+        return self.idf_at(self.df.get(term, 0))
+
+    def idf_at(self, df: int) -> float:
+        """The idf of a term that ``df`` chunks hold."""
         return math.log(1 + (self.n - df + 0.5) / (df + 0.5))
 
 

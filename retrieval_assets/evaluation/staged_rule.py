@@ -45,15 +45,18 @@ def rerank_stage(_current: crossval.Config, fusions=RERANK_FUSION) -> list[cross
             for w in ALPHAS[1:]]
 
 
+def _second_stage(current: crossval.Config) -> dict:
+    """What a stage after the rerank adds to ``current``: the rerank switched on at weight 0 (the fused order) if off."""
+    return {} if dict(current).get("rerank") else {"rerank": True, "rerank_weight": 0.0}
+
+
 def document_stage(current: crossval.Config) -> list[crossval.Config]:
     """Document evidence after the rerank (``documents.blend``), weight 0.1..1; the rerank switched on at weight 0 if off."""
-    off = {} if dict(current).get("rerank") else {"rerank": True, "rerank_weight": 0.0}
-    return [crossval.config(doc_weight=w, **off) for w in ALPHAS[1:]]
+    return [crossval.config(doc_weight=w, **_second_stage(current)) for w in ALPHAS[1:]]
 
 
 def mmr_stage(current: crossval.Config) -> list[crossval.Config]:
-    off = {} if dict(current).get("rerank") else {"rerank": True, "rerank_weight": 0.0}
-    return [crossval.config(mmr_lambda=lam, **off) for lam in (0.5, 0.7, 0.9)]
+    return [crossval.config(mmr_lambda=lam, **_second_stage(current)) for lam in (0.5, 0.7, 0.9)]
 
 
 NO_FEEDBACK = (first_stages, evidence_stage, rerank_stage, document_stage, mmr_stage)  # the rule, without the feedback stages
