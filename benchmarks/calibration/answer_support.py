@@ -141,21 +141,22 @@ def choose_picking(train: list[dict]) -> answer.Picking:
 
 
 FOCUS = [(u, q) for u in np.round(np.arange(0.2, 0.65, 0.05), 2) for q in np.round(np.arange(0.2, 1.05, 0.1), 2)]
+ASKED = (False, True)  # Picking.asked: the answer-type check off, on
 
 
 def choose_focus(train: list[dict], picking: answer.Picking) -> answer.Picking:
-    """``picking`` with the focus rule (``Picking.unknown``, ``quoted``; off: 1.0, 0.0) that refuses the most of ``train``'s
-    on-topic unanswerable questions among the rules that cite a relevant source for as many answerable questions as
-    without the rule, on each training corpus and embedder; ties: the rule that acts on fewest questions (highest
-    unknown, then lowest quoted)."""
+    """``picking`` with the focus rule (``Picking.unknown``, ``quoted``; off: 1.0, 0.0) and the answer-type check
+    (``Picking.asked``) that refuse the most of ``train``'s on-topic unanswerable questions among the rules that cite a
+    relevant source for as many answerable questions as without them, on each training corpus and embedder; ties: the
+    rule that acts on fewest questions (no type check, then highest unknown, then lowest quoted)."""
     table = lambda d, q, f: answer.sentence_table(q, [c for c, _ in f], [s for _, s in f], d["stats"])  # noqa: E731
     tables = [([table(d, q.query, f) for q, f in zip(d["queries"], d["found_q"])], [table(d, q, f) for q, f in zip(d["un_q"], d["found_un"])])
               for d in train]
     score = lambda p: ([sum(cited(d, p, t)[0]) for d, (t, _) in zip(train, tables)], sum(not answer.pick(t, p) for _, un in tables for t in un))  # noqa: E731
     base = score(picking)[0]
-    rules = [dataclasses.replace(picking, unknown=float(u), quoted=float(q)) for u, q in FOCUS] + [picking]
-    scored = [(refused, p.unknown, -p.quoted, p) for p in rules for hits, refused in [score(p)] if hits >= base]
-    return max(scored, key=lambda x: x[:3])[3]
+    rules = [dataclasses.replace(picking, unknown=float(u), quoted=float(q), asked=a) for u, q in [*FOCUS, (1.0, 0.0)] for a in ASKED]
+    scored = [(refused, -p.asked, p.unknown, -p.quoted, p) for p in rules for hits, refused in [score(p)] if hits >= base]
+    return max(scored, key=lambda x: x[:4])[4]
 
 
 def outcome(d: dict, p_q, p_off, p_un, t_q, t_off, picking: answer.Picking) -> dict:
@@ -172,7 +173,7 @@ def outcome(d: dict, p_q, p_off, p_un, t_q, t_off, picking: answer.Picking) -> d
     english = np.array([q.lang == "en" for q in off])
     unanswerable = [[p < t_q or extract(q, f).faithfulness.refused for q, f, p in zip(d["un_q"], d["found_un"], p_un)]
                     for extract in (extract, lambda q, f: answer.extractive_answer(q, [c for c, _ in f], scores=[s for _, s in f], floor=0.0, stats=d["stats"],  # noqa: E731
-                                                                                   picking=dataclasses.replace(picking, unknown=1.0, quoted=0.0)))]
+                                                                                   picking=dataclasses.replace(picking, unknown=1.0, quoted=0.0, asked=False)))]
     top = lambda found: max((s for _, s in found), default=0.0)  # noqa: E731
     first = np.array([next((i for i, (c, _) in enumerate(f) if c.chunk_id in golden.relevant([c for c, _ in f], q)), 99)
                       for q, f in zip(d["queries"], d["found_q"])])  # the rank of the first relevant source (99: none)

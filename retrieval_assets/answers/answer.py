@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 import psycopg
 
-from retrieval_assets.answers import support
+from retrieval_assets.answers import asked, support
 from retrieval_assets.search import pipeline
 from retrieval_assets.answers.citations import MARKER, REFUSAL, check, is_refusal, line_sentences
 from retrieval_assets.params import DEFAULT, RetrievalParams
@@ -189,7 +189,8 @@ class Picking:
     in all, only when it earns it: its best sentence scores at least ``keep`` times the best sentence of all, and its
     claim is at least ``claim`` times the first's. It picks none (the answer refuses) when the question's focus is what
     the corpus never names: the words no chunk holds carry at least ``unknown`` of the question's idf mass and the picked
-    sentences hold less than ``quoted`` of it ("which tokenizer does Claude use" on a corpus that never says "Claude")."""
+    sentences hold less than ``quoted`` of it ("which tokenizer does Claude use" on a corpus that never says "Claude"); with
+    ``asked``, also when the question asks for a number or a code-like name (``asked.expected``) that no picked sentence carries."""
 
     weights: tuple[float, float, float] = (1.0, 1.0, 1.0)
     sources: int = 3
@@ -197,6 +198,7 @@ class Picking:
     claim: float = 0.0
     unknown: float = 1.0
     quoted: float = 0.0
+    asked: bool = False
 
 
 # Chosen on the fixture, restic's and Git's manuals with hash and MiniLM sources (benchmarks/calibration/answer_support.py;
@@ -219,6 +221,8 @@ class SentenceTable:
     # weighing as one that one chunk holds); and that mass's share in words no chunk holds (0 without corpus stats)
     terms: list[dict[str, float]] | None = None
     unknown: float = 0.0
+    asked: str | None = None  # the answer type the question asks for (asked.expected), and the types each candidate carries
+    carries: list[frozenset[str]] | None = None
 
 
 def sentence_table(query: str, chunks: Sequence[Chunk], scores: Sequence[float] | None = None,
@@ -247,12 +251,13 @@ def sentence_table(query: str, chunks: Sequence[Chunk], scores: Sequence[float] 
     mass = sum(focus.values()) or 1.0
     terms = [{t: v / mass for t, v in focus.items() if held[t]} for held in (support.stems(s) for s, _ in candidates)]
     unknown = 1.0 - support.idf_share(focus, stats.df) if corpus and focus else 0.0
-    return SentenceTable(candidates, _sentence_scores(query, [s for s, _ in candidates]), claims, terms, unknown)
+    return SentenceTable(candidates, _sentence_scores(query, [s for s, _ in candidates]), claims, terms, unknown,
+                         asked.expected(query), [asked.carries(s) for s, _ in candidates])
 
 
 def pick(table: SentenceTable, picking: Picking = PICKING) -> list[int]:
-    """Indices of the candidates the answer quotes, in answer order (see ``Picking``); none when no sentence shares a
-    content word with the question, or when the question's focus is what the corpus never names."""
+    """Indices of the candidates the answer quotes, in answer order (see ``Picking``); none when no sentence shares a content
+    word with the question, when its focus is what the corpus never names, or (``asked``) no picked sentence has what it asks."""
     best: dict[int, int] = {}  # source number -> its best candidate
     for i, (_, n) in enumerate(table.candidates):
         if table.bm25[i] > 0 and (n not in best or table.bm25[i] > table.bm25[best[n]]):
@@ -266,6 +271,8 @@ def pick(table: SentenceTable, picking: Picking = PICKING) -> list[int]:
     picked = [best[n] for n in [first, *earned][: picking.sources]]
     held = set().union(*(table.terms[i].items() for i in picked)) if table.terms else set()
     if table.unknown >= picking.unknown and sum(v for _, v in held) < picking.quoted:
+        return []
+    if picking.asked and table.asked and table.carries and not any(table.asked in table.carries[i] for i in picked):
         return []
     return picked
 
