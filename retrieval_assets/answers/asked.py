@@ -1,11 +1,12 @@
 """What a question asks for: the expected answer type its wh-phrase names, and whether a sentence carries one.
 
-Contract: ``expected(question)`` is ``NUMBER`` for a question that asks for a quantity or a date ("how many / much / long
-/ old / big / often ...", "which / what port, version, year, size, price ... ", "when was / did ..."), ``CODE`` for one
-that asks for something a reader types ("which / what command, option, flag, file, variable ..."), else ``None`` (no
-constraint: "how do I ...", "why ...", "what happens when ..."). ``carries(sentence)`` is the set of types a sentence
-holds: ``NUMBER`` for a digit or a number word, ``CODE`` for a code-like token (a code span, a ``--flag`` or ``-f``, a
-path or file name, an UPPER_CASE or snake_case name, ``$VAR``, a manual page like ``git-fsck(1)``). Both are regular
+Contract: ``expected(question)`` is ``NUMBER`` for a question that asks for a quantity or a date ("how many / much /
+long / old ...", "which / what port, version, year, size, price ...", "when was / did ..."), ``CODE`` for one that asks
+for something a reader types ("which / what command, option, flag, file, variable ..."), else ``None`` (no constraint:
+"how do I ...", "why ...", "what happens when ...", and "how often ...": a frequency is often said in words, "every
+morning"). ``carries(sentence)`` is the set of types a sentence holds: ``NUMBER`` for a number of its own (digits not
+inside a name, a number word from two up), ``CODE`` for a code-like token (a code span, a ``--flag`` or ``-f``, a path
+or file name, an UPPER_CASE or snake_case name, ``$VAR``, a manual page like ``git-fsck(1)``). Both are regular
 expressions over the text, deterministic and cheap; any text in any script is read without raising (and asks for nothing).
 """
 
@@ -25,15 +26,16 @@ _NOT_HEAD = r"(?!\s+(?:attribute|metadata|name|format|system|type|content|permis
 # "which|what" + (a copula and "the") + up to two words that are no auxiliary verb + the noun, the phrase's head
 _WH = rf"(?:which|what)\s+(?:(?:is|are|was|were)\s+(?:the|a|an|its|their)\s+)?(?:(?!{_AUX})\w+\s+){{0,2}}?"
 _ASKS_NUMBER = re.compile(
-    _LEAD + r"(?:how\s+(?:many|much|long|old|big|large|small|far|fast|often|high|low|wide|deep|heavy)\b"
+    _LEAD + r"(?:how\s+(?:many|much|long|old)\b"
     rf"|{_WH}(?:{_NUMBER_NOUNS})s?\b{_NOT_HEAD}"
     r"|(?:which|what)\s+(?:is|are|was|were)\s+the\s+(?:largest|longest|smallest|shortest|biggest|highest|lowest|fastest|slowest)\b"  # a size
     r"|when\s+(?:was|were|did)\b)", re.IGNORECASE)
 _ASKS_CODE = re.compile(_LEAD + rf"{_WH}(?:{_CODE_NOUNS})s?\b{_NOT_HEAD}", re.IGNORECASE)
 
-_NUMBER_WORDS = (r"one|two|three|four|five|six|seven|eight|nine|ten|eleven|twelve|twenty|thirty|forty|fifty|hundreds?|"
-                 r"thousands?|millions?|billions?|dozens?|half|twice|once|single|double|first|second")
-_HAS_NUMBER = re.compile(rf"\d|\b(?:{_NUMBER_WORDS})\b", re.IGNORECASE)
+# a number of its own (not the 3 of S3 or the 6 of L-6, not "one", an ordinal or "single": "one by one", "the first line")
+_NUMBER_WORDS = (r"two|three|four|five|six|seven|eight|nine|ten|eleven|twelve|twenty|thirty|forty|fifty|hundreds?|"
+                 r"thousands?|millions?|billions?|dozens?|half|twice")
+_HAS_NUMBER = re.compile(rf"(?<![\w.-])\d|\b(?:{_NUMBER_WORDS})\b", re.IGNORECASE)
 _HAS_CODE = re.compile(
     r"`[^`]+`"                           # a code span
     r"|(?<![\w-])--?[A-Za-z][\w-]*"      # --flag, -f
