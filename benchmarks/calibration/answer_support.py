@@ -1,6 +1,6 @@
 """Answers and refusals on corpora nobody tuned to: the calibrated support model, held out by corpus.
 
-Run: uv run python -m benchmarks answer_support [--embedders hash,minilm] [--write-default] [--out FILE]
+Run: uv run python -m benchmarks answer_support [--embedders hash,minilm] [--write-default] [--out FILE] [--sources K=V,...]
 
 Corpora: the fixture and the two that package_corpora builds from Debian packages (restic's and Git's manuals,
 20 questions each). Each is indexed per embedder into its own scratch schema; its answerable questions and the
@@ -88,24 +88,24 @@ def choose(data: list[dict]) -> tuple[float, float]:
     return best[1], best[2]
 
 
-def load(conn, name: str, path: Path, key: str) -> dict:
+def load(conn, name: str, path: Path, key: str, params=answer.SOURCES) -> dict:
     documents = chunker.load_documents(path)
     chunks = [c for doc in documents for c in chunker.chunk(doc)]
     schema = common.bench_schema(f"answer_{name}", key)
     embedder = partitions.embedder(key)
     common.index(conn, schema, chunks, embedder)
-    retriever = pipeline.retriever(conn, schema, embedder, answer.SOURCES)
+    retriever = pipeline.retriever(conn, schema, embedder, params)
     queries = golden.load_golden(path / "golden.yaml", documents)
     off = calibration.off_corpus()
     unanswerable = [r["query"] for r in yaml.safe_load((path / "unanswerable.yaml").read_text(encoding="utf-8"))]
     return {"name": name, "key": key, "chunks": len(chunks), "queries": queries, "folds": calibration.domain_folds(off),
             "stats": support.stem_stats(pipeline.corpus_stats(conn, schema)),
-            "q": calibration.measure(conn, retriever, [q.query for q in queries], answer.SOURCES),
-            "off": calibration.measure(conn, retriever, [q.question for q in off], answer.SOURCES),
-            "found_q": [answer.sources(conn, retriever, q.query) for q in queries],
-            "found_off": [answer.sources(conn, retriever, q.question) for q in off], "un_q": unanswerable,
-            "un": calibration.measure(conn, retriever, unanswerable, answer.SOURCES),
-            "found_un": [answer.sources(conn, retriever, q) for q in unanswerable]}
+            "q": calibration.measure(conn, retriever, [q.query for q in queries], params),
+            "off": calibration.measure(conn, retriever, [q.question for q in off], params),
+            "found_q": [answer.sources(conn, retriever, q.query, params) for q in queries],
+            "found_off": [answer.sources(conn, retriever, q.question, params) for q in off], "un_q": unanswerable,
+            "un": calibration.measure(conn, retriever, unanswerable, params),
+            "found_un": [answer.sources(conn, retriever, q, params) for q in unanswerable]}
 
 
 PICKINGS = [answer.Picking(w, n, keep, claim) for w in itertools.product((0.0, 1.0, 2.0), repeat=3) if any(w) for n in (1, 2, 3)
@@ -190,14 +190,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--embedders", default="hash,minilm")
     parser.add_argument("--write-default", action="store_true")
     parser.add_argument("--out", default=str(common.RESULTS / "answer_support.md"))
+    parser.add_argument("--sources", default="", help="the sources' retrieval: answer.SOURCES with these fields, e.g. doc_weight=0.1,rerank_fusion=rrf")
     args = parser.parse_args(argv)
+    sources = answer.SOURCES.with_(**{k: yaml.safe_load(v) for k, v in (pair.split("=", 1) for pair in args.sources.split(",") if pair)})
     corpora = {"fixture": common.CORPUS, **{name: package_corpora.build(name) for name in package_corpora.SOURCES}}
     lines = ["| corpus | embedder | chunks | answerable | relevant among the sources (top 1 / 3 / 5) | answered, relevant source cited | answered | cited sources relevant | off-corpus "
-             "refused (all / English / other languages) | on-topic unanswerable refused (before the focus rule) | fitted on | L2, threshold | seed floor: answered / refused |",
+             "refused (all / English / other languages) | on-topic unanswerable refused (before the focus rule and the type check) | fitted on | L2, threshold | seed floor: answered / refused |",
              "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     defaults, pooled, keys = {}, [], args.embedders.split(",")
     with common.connect(args.dsn) as conn:
-        data = {key: [load(conn, name, path, key) for name, path in corpora.items()] for key in keys}
+        data = {key: [load(conn, name, path, key, sources) for name, path in corpora.items()] for key in keys}
     pickings = {name: choose_picking([d for key in keys for d in data[key] if d["name"] != name]) for name in corpora}
     pickings = {name: choose_focus([d for key in keys for d in data[key] if d["name"] != name], p) for name, p in pickings.items()}
     for key in keys:
@@ -220,8 +222,9 @@ def main(argv: list[str] | None = None) -> int:
                        + [f"- on all corpora (not held out, never reported): {shipped}, {'the' if shipped == answer.PICKING else 'NOT the'} shipped answer.PICKING"])
     off = calibration.off_corpus()
     text = (f"# Answers and refusals, held out by corpus\n\nMeasured {common.host()['date']} on {common.host_line()}; code {common.code_version()}; "
-            f"{common.load_average()} at the end (quality figures, not speed). Reproduce: `uv run python -m benchmarks answer_support`.\n\n"
-            f"Off-corpus questions: {len(off)} ({sum(q.lang == 'en' for q in off)} English, {len({q.lang for q in off})} languages). Each row "
+            f"{common.load_average()} at the end (quality figures, not speed). Reproduce: `uv run python -m benchmarks answer_support"
+            f"{' --embedders ' + args.embedders if args.embedders != 'hash,minilm' else ''}{' --sources ' + args.sources if args.sources else ''}`.\n\n"
+            f"Sources: answer.SOURCES{' with ' + args.sources if args.sources else ''}. Off-corpus questions: {len(off)} ({sum(q.lang == 'en' for q in off)} English, {len({q.lang for q in off})} languages). Each row "
             "is held out: the model is fitted on the other two corpora, off-corpus questions by domain fold, and the extractive answerer's "
             "picking (answer.Picking) is chosen on the other two corpora's answerable questions (both embedders):\n\n" + chosen + "\n\n"
             + "\n".join(lines) + "\n")
