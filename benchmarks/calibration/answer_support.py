@@ -14,9 +14,10 @@ holding its anchor ("cited sources relevant": the share of an answer's cited sou
 question counts as refused when the final answer is the refusal. The extractive answerer's picking (answer.Picking)
 is chosen per held-out corpus on the other two corpora's answerable questions, both embedders (choose_picking: the
 highest share of cited sources relevant among the settings that cite a relevant source for at most one question
-fewer than the best setting, on each training corpus and embedder), then its focus rule (choose_focus: the most of the
-training corpora's on-topic unanswerable questions refused, written per corpus beside its golden questions, without
-citing a relevant source for fewer answerable ones); answer.PICKING is that choice on all three.
+fewer than the best setting, on each training corpus and embedder), then its focus rule and answer-type check
+(choose_focus: the most of the training corpora's on-topic unanswerable questions refused, written per corpus beside its
+golden questions, without citing a relevant source for fewer answerable ones); answer.PICKING is that choice on all three.
+--sources measures other retrievals for the sources (answer.SOURCES with the fields given).
 The seed's BM25 floor (answer.SUPPORT_FLOOR) is shown beside it. --write-default fits each embedder's model on all
 corpora (and one pooled over embedders) with the parameters chosen over them, into
 retrieval_assets/answers/support_defaults.json.

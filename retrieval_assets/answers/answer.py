@@ -85,7 +85,6 @@ def assemble(query: str, chunks: Sequence[Chunk], *, scores: Sequence[float] | N
     return Draft(prompt, tuple(c.chunk_id for c in chunks), refused=False)
 
 
-
 def _sentence_scores(query: str, sentences: Sequence[str]) -> np.ndarray:
     """BM25 (k1 1.2, b 0.75, idf over the sentences) of the question's content words (``support.content_terms``:
     stemmed, no function words) in each sentence; all 0 when no sentence holds one."""
