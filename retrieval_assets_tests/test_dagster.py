@@ -257,6 +257,14 @@ def test_a_failing_floor_blocks_the_downstream_assets(resource):
     assert "failure_report" not in done(result) and "embedder_comparison" not in done(result)
 
 
+def test_a_bad_stage_in_the_run_config_fails_eval_run_naming_it(resource):
+    before = history_rows(resource)
+    result = run(resource, eval_config={"doc_weight": 2.0})
+    step_name, message = failure(result)
+    assert step_name == "eval_run" and "eval_run config: doc_weight must be a number within [0, 1]" in message
+    assert history_rows(resource) == before
+
+
 @pytest.mark.parametrize("case", ["missing", "file", "empty"])
 def test_a_bad_corpus_folder_fails_documents_and_writes_nothing(resource, tmp_path, case):
     target = {"missing": tmp_path / "nowhere", "file": tmp_path / "notes.md", "empty": tmp_path / "empty"}[case]

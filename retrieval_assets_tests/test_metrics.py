@@ -186,6 +186,12 @@ def test_cli_report_failures_and_json(pg_dsn, tmp_path, capsys, default_evaluati
     data = json.loads(printed[printed.index("\n{") + 1:])
     assert (data["params"]["prf_docs"], data["params"]["prf_terms"], data["params"]["prf_weight"], data["params"]["prf_beta"]) == (5, 8, 0.3, 0.5)
     assert "RM3 feedback on the lexical list (5 chunks, 8 terms, weight 0.3)" in printed and "Rocchio" in printed
+    # and the stages after issue 37: the query-dependent fusion weight, the rerank by ranks with pool idf, document evidence
+    assert cli.main(args + ["--evidence-shift", "0.5", "--rerank-fusion", "rrf", "--rerank-idf", "pool", "--doc-weight", "0.1", "--json", "-"]) == 0
+    printed = capsys.readouterr().out
+    data = json.loads(printed[printed.index("\n{") + 1:])["params"]
+    assert (data["evidence_shift"], data["rerank_fusion"], data["rerank_idf"], data["doc_weight"]) == (0.5, "rrf", "pool", 0.1)
+    assert "document evidence 0.1" in printed and "0.5 of the lexical weight moved" in printed
 
 
 @pytest.mark.parametrize(
@@ -205,6 +211,9 @@ def test_cli_report_failures_and_json(pg_dsn, tmp_path, capsys, default_evaluati
         (["--prf-docs", "80"], "prf_docs must be an integer within [0, n=50]"),
         (["--pipeline", "seed", "--prf-docs", "5"], "prf_docs expands the bm25 lexical list only"),
         (["--prf-beta", "0.5"], "prf_beta needs prf_docs > 0"),
+        (["--doc-weight", "2"], "doc_weight must be a number within [0, 1]"),
+        (["--evidence-shift", "-0.1"], "evidence_shift must be a number within [0, 1]"),
+        (["--rerank-idf", "pool", "--corpus-idf"], "--corpus-idf contradicts --rerank-idf pool"),
     ],
 )
 def test_cli_bad_arguments_exit_2_with_one_line(args, message, capsys, pg_dsn, cli_schemas):

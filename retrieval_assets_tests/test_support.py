@@ -205,6 +205,24 @@ def test_small_corpus_refuses_on_topic_questions_it_cannot_answer(conn, small):
     # (the corpus's idf cannot weigh "voltage" above "fog signal compressor": measured, not asserted, on the manuals instead)
 
 
+def test_claude_path_refuses_an_unnamed_focus_without_a_call(conn, small):
+    _, retriever = small
+    cal, _ = calibration.for_index(conn, retriever, [], answer.SOURCES, "hash")
+    cal = dataclasses.replace(cal, model=dataclasses.replace(cal.model, threshold=1e-9))  # every question "supported"
+    stats = support.stem_stats(pipeline.corpus_stats(conn, retriever.schema))
+    old = dataclasses.replace(answer.PICKING, unknown=1.0, quoted=0.0)
+    for question in UNANSWERABLE:
+        chunks = [c for c, _ in answer.sources(conn, retriever, question)]
+        assert respond.unnamed(question, chunks, stats) and not respond.unnamed(question, chunks, stats, old)
+        fake = ScriptedQuery("Acme supplies them [1].")
+        r = respond.respond(conn, retriever, question, answer.SOURCES, cal, answerer="claude", query_fn=fake)
+        assert r.supported and r.result.text == REFUSAL and fake.calls == [], question
+    for question in ANSWERABLE:
+        fake = ScriptedQuery("It is in the sources [1].")
+        respond.respond(conn, retriever, question, answer.SOURCES, cal, answerer="claude", query_fn=fake)
+        assert len(fake.calls) == 1, question
+
+
 def test_no_model_call_for_a_refused_question(conn, small):
     _, retriever = small
     cal, _ = calibration.for_index(conn, retriever, [], answer.SOURCES, "hash")

@@ -22,12 +22,13 @@ the unfitted seed pipeline; the default rule without the feedback stages is repo
 alone on both datasets (would an embedder's own default do better?), with the golden set's held-out
 recall@10 and nDCG@10 on its conceptual queries. ``--candidates`` (partitions or wheel models, ``index.wheel_models``)
 are indexed and scored the same way but left out of every fit: held out under each fold's choice made without them
-and under a rule of their own; each embedder's speed and peak memory on the fixture's chunks are measured in a
-process of its own. ``--no-feedback`` fits only the rules without the feedback stages (what ``params.DEFAULT`` is),
-in a fraction of the time; ``--no-sparse`` skips the rule with the SPLADE list. Nested in each outer fold,
-``crossval.calibrate`` (``CALIBRATED``) fits a rule on the setting's own training queries and keeps it only when
-cross-validation inside them shows it above that fold's default-rule choice, else that choice. The joint rule on all queries gives the default pipeline, printed
-at the end (``params.DEFAULT`` holds what this printed; the README says when).
+(every joint rule's row), calibrated on their own training queries as the product does, and under a rule of their
+own; each embedder's speed and peak memory on the fixture's chunks are measured in a process of its own.
+``--no-feedback`` fits only the rules without the feedback stages (what ``params.DEFAULT`` is), in a fraction of the
+time; ``--no-sparse`` skips the rule with the SPLADE list. Nested in each outer fold, ``crossval.calibrate``
+(``CALIBRATED``) fits a rule on the setting's own training queries and keeps it only when cross-validation inside
+them shows it above that fold's default-rule choice, else that choice. The joint rule on all queries is printed at
+the end (``params.DEFAULT`` is what an earlier run printed; docs/quality.md says why it was not moved since).
 Writes benchmarks/results/quality.md (``--out``).
 """
 
@@ -198,13 +199,18 @@ def main(argv: list[str] | None = None) -> int:
             joint.update({(dataset, e): h for e, h in crossval.cross_validate(fit_on, STAGES, fold_sets, sizes, held_out=dataset).items()})
         before.update({(dataset, e): h for e, h in crossval.cross_validate(fit_on, NO_FEEDBACK, fold_sets, sizes, held_out=dataset).items()})
         log(f"joint CV held out {dataset} in {time.perf_counter() - t:.0f} s")
-    for s in (s for s in settings if s.embedder not in args.embedders):  # a candidate under each fold's choice, made without it
+    candidates = [s for s in settings if s.embedder not in args.embedders]
+
+    def under(s: crossval.Setting, picks) -> crossval.HeldOut:  # a candidate under each fold's choice, made without it
+        scores = np.zeros(sizes[s.dataset])
+        for test, pick in zip(fold_sets[s.dataset], picks):
+            scores[test] = s.score(pick)[test]
+        return crossval.HeldOut(s, scores, tuple(picks))
+
+    for s in candidates:
         for rule in (joint, before):
-            picks, scores = rule[s.dataset, args.embedders[0]].picks, np.zeros(sizes[s.dataset])
-            for test, pick in zip(fold_sets[s.dataset], picks):
-                scores[test] = s.score(pick)[test]
-            rule[s.dataset, s.embedder] = crossval.HeldOut(s, scores, picks)
-    for s, (label, stages) in ((s, c) for s in fit_on for c in CALIBRATED[: 2 - args.no_sparse]):  # nested: inside each outer fold
+            rule[s.dataset, s.embedder] = under(s, rule[s.dataset, args.embedders[0]].picks)
+    for s, (label, stages) in ((s, c) for s in settings for c in CALIBRATED[: 2 - args.no_sparse]):  # nested: inside each outer fold
         scores, picks = np.zeros(sizes[s.dataset]), []
         for test, default in zip(fold_sets[s.dataset], before[s.dataset, s.embedder].picks):
             picks.append(crossval.calibrate(s, stages, default, np.setdiff1d(np.arange(sizes[s.dataset]), test)))
@@ -223,6 +229,7 @@ def main(argv: list[str] | None = None) -> int:
             for e, held in crossval.cross_validate(fit_on, stages, fold_sets, sizes, held_out=dataset, every=every,
                                                    prior=DEFAULT_CONFIG if prior else None).items():
                 rows.append((next(s for s in settings if (s.dataset, s.embedder) == (dataset, e)), label, held))
+                rows += [(c, label, under(c, held.picks)) for c in candidates if c.dataset == dataset and e == args.embedders[0]]
         log(f"{label}: done")
     for s in settings:
         rows.append((s, "default rule, no feedback stages", before[s.dataset, s.embedder]))

@@ -169,11 +169,9 @@ def sentence_table(query: str, chunks: Sequence[Chunk], scores: Sequence[float] 
     best = max(scores, default=0.0) if scores is not None else 0.0
     claims = np.array([[1 / n, support.idf_share(idf, tf), max(scores[n - 1], 0.0) / best if best > 0 else 0.0]
                        for n, tf in enumerate(counts, 1)], dtype=float).reshape(-1, 3)
-    rarest = stats.idf_at(1)  # the idf of a word one chunk holds: a word none holds weighs no more
-    focus = {t: v if stats.df.get(t, 0) else rarest for t, v in idf.items()}
-    mass = sum(focus.values()) or 1.0
-    terms = [{t: v / mass for t, v in focus.items() if held[t]} for held in (support.stems(s) for s, _ in candidates)]
-    unknown = 1.0 - support.idf_share(focus, stats.df) if corpus and focus else 0.0
+    focus, unknown = support.focus(query, stats)
+    terms = [{t: v for t, v in focus.items() if held[t]} for held in (support.stems(s) for s, _ in candidates)]
+    unknown = unknown if corpus else 0.0
     return SentenceTable(candidates, _sentence_scores(query, [s for s, _ in candidates]), claims, terms, unknown,
                          asked.expected(query), [asked.carries(s) for s, _ in candidates])
 

@@ -5,8 +5,9 @@ final chunks as the sources (``answer.sources_of``: each with the seed's BM25 sc
 extractive answerer's sentences), computes the question's evidence and support with ``calibration``
 (``calibration.Calibration``), and answers only when the support reaches the model's threshold:
 ``extractive`` answers with cited source sentences, ``claude`` sends the numbered-source prompt
-(``answer.assemble``, ``claude.run``; ``query_fn`` replaces the SDK call). A refused question costs no
-model call. Any question text, empty, huge or in any script, gives an answer or the refusal.
+(``answer.assemble``, ``claude.run``; ``query_fn`` replaces the SDK call) unless the question's focus is what
+the corpus never names (``unnamed``, the extractive answerer's focus rule). A refused question costs no model call.
+Any question text, empty, huge or in any script, gives an answer or the refusal.
 """
 
 from __future__ import annotations
@@ -47,6 +48,16 @@ def respond(conn: psycopg.Connection, retriever: pipeline.Retriever, question: s
         result = (answer.extractive_answer(question, chunks, scores=scores, floor=0.0, stats=stats) if supported
                   else Answer(REFUSAL, check(REFUSAL, tuple(c.chunk_id for c in chunks)), 0.0))
     else:
-        draft = answer.assemble(question, chunks if supported else [], scores=scores if supported else None, floor=0.0)
+        send = supported and not unnamed(question, chunks, stats)
+        draft = answer.assemble(question, chunks if send else [], scores=scores if send else None, floor=0.0)
         result = claude.run(question, draft, model=model, query_fn=query_fn)
     return Response(result, found, evidence, probability, supported)
+
+
+def unnamed(question: str, chunks: list[Chunk], stats: support.StemStats, picking: answer.Picking = answer.PICKING) -> bool:
+    """``answer.pick``'s focus rule over whole sources, as a model reads them: the question's focus is what the corpus
+    never names (words no chunk holds carry at least ``picking.unknown`` of its idf mass) and the sources' text and
+    headings hold less than ``picking.quoted`` of it. The Claude path refuses such a question without a model call."""
+    shares, unknown = support.focus(question, stats)
+    present = set().union(*(support.stems(f"{c.text} {c.heading_path}") for c in chunks))
+    return unknown >= picking.unknown and sum(v for t, v in shares.items() if t in present) < picking.quoted

@@ -21,11 +21,15 @@ def pipeline_params(args, base: RetrievalParams | None = None) -> RetrievalParam
                                                      ("rerank_weight", args.rerank_weight), ("rerank_fusion", args.rerank_fusion),
                                                      ("mmr_lambda", args.mmr_lambda),
                                                      ("prf_docs", args.prf_docs), ("prf_terms", args.prf_terms),
-                                                     ("prf_weight", args.prf_weight), ("prf_beta", args.prf_beta))
+                                                     ("prf_weight", args.prf_weight), ("prf_beta", args.prf_beta),
+                                                     ("rerank_idf", args.rerank_idf), ("doc_weight", args.doc_weight),
+                                                     ("evidence_shift", args.evidence_shift))
                     if value is not None})
     if args.no_mmr:
         changes["mmr_lambda"] = None
     if args.corpus_idf:
+        if args.rerank_idf not in (None, "corpus"):
+            raise UsageError(f"--corpus-idf contradicts --rerank-idf {args.rerank_idf}")
         changes["rerank_idf"] = "corpus"
     try:
         return (base or params.named(args.pipeline)).with_(**changes)

@@ -10,7 +10,7 @@ from retrieval_assets.answers import answer
 from retrieval_assets.cli.args import UsageError
 from retrieval_assets.corpus import command as corpus_command, golden_command
 from retrieval_assets.index import vector_index
-from retrieval_assets.params import DEFAULT, FUSION, LEXICAL, PIPELINES, RERANK_FUSION
+from retrieval_assets.params import DEFAULT, FUSION, LEXICAL, PIPELINES, RERANK_FUSION, RERANK_IDF
 
 
 class _Parser(argparse.ArgumentParser):
@@ -81,6 +81,10 @@ def build(description: str) -> argparse.ArgumentParser:
         p.add_argument("--mmr-lambda", type=float, default=None, help="MMR trade-off in [0, 1]")
         p.add_argument("--no-mmr", action="store_true", help="no MMR")
         p.add_argument("--corpus-idf", action="store_true", help="BM25 rerank with corpus-level idf instead of the pool's")
+        p.add_argument("--rerank-idf", default=None, choices=RERANK_IDF, help="where the BM25 rerank's idf comes from: the fused pool or every chunk")
+        p.add_argument("--doc-weight", type=float, default=None, help="document evidence after the rerank in [0, 1] (0: none)")
+        p.add_argument("--evidence-shift", type=float, default=None,
+                       help="share of the lexical weight moved to the vector list as the lexical evidence is weak, in [0, 1] (0: fixed)")
         p.add_argument("--prf-docs", type=int, default=None,
                        help="pseudo-relevance feedback from the first search's top chunks (0: none; needs --lexical bm25 for RM3)")
         p.add_argument("--prf-terms", type=int, default=None, help="RM3 expansion terms kept")

@@ -29,7 +29,12 @@ class EvalConfig(dg.Config):
     fusion: str = DEFAULT.fusion  # rrf, minmax or zscore
     vector_weight: float = DEFAULT.weights[0]  # fusion weight of the vector list, within [0, 1]
     lexical_weight: float = DEFAULT.weights[1]  # fusion weight of the lexical list, within [0, 1]
+    lexical: str = DEFAULT.lexical  # ts_rank_cd or bm25
+    evidence_shift: float = DEFAULT.evidence_shift  # share of the lexical weight moved to the vector list as its evidence is weak
     rerank_weight: float = DEFAULT.rerank_weight  # the reranker's share of the rerank score, within [0, 1]
+    rerank_fusion: str = DEFAULT.rerank_fusion  # minmax (scores) or rrf (ranks)
+    rerank_idf: str = DEFAULT.rerank_idf  # pool or corpus
+    doc_weight: float = DEFAULT.doc_weight  # document evidence after the rerank, within [0, 1]; 0: none
     mmr_lambda: float | None = DEFAULT.mmr_lambda  # None: no MMR
     prf_docs: int = DEFAULT.prf_docs  # pseudo-relevance feedback from the first search's top chunks; 0: none
     prf_terms: int = DEFAULT.prf_terms  # RM3 expansion terms kept
@@ -160,7 +165,9 @@ def evaluation_assets(corpus: Corpus) -> list[dg.AssetsDefinition]:
             variants = {"default": DEFAULT.with_(k=config.k, n=config.n, fusion=config.fusion, rerank_weight=config.rerank_weight,
                                                  mmr_lambda=config.mmr_lambda, weights=(config.vector_weight, config.lexical_weight),
                                                  prf_docs=config.prf_docs, prf_terms=config.prf_terms, prf_weight=config.prf_weight,
-                                                 prf_beta=config.prf_beta)}
+                                                 prf_beta=config.prf_beta, lexical=config.lexical, evidence_shift=config.evidence_shift,
+                                                 rerank_fusion=config.rerank_fusion, rerank_idf=config.rerank_idf,
+                                                 doc_weight=config.doc_weight)}
             variants.update({name: params.named(name).with_(k=config.k, n=config.n) for name in config.compare if name != "default"})
         except ValueError as exc:
             raise dg.Failure(description=f"eval_run config: {exc}") from None

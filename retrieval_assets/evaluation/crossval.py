@@ -37,10 +37,12 @@ def folds(n: int, k: int, *, seed: int = 0) -> list[np.ndarray]:
     return [np.sort(part) for part in np.array_split(order, k)]
 
 
-def bootstrap_interval(values: np.ndarray, *, resamples: int = 10_000, seed: int = 0) -> tuple[float, float]:
-    """95% percentile bootstrap interval of the mean of ``values``."""
-    values = np.asarray(values, dtype=np.float64)
-    means = values[np.random.default_rng(seed).integers(0, len(values), size=(resamples, len(values)))].mean(axis=1)
+def bootstrap_interval(*groups: np.ndarray, resamples: int = 10_000, seed: int = 0) -> tuple[float, float]:
+    """95% percentile bootstrap interval of the mean over ``groups`` of each group's mean, each group resampled on its
+    own (a stratified bootstrap; one group: the plain bootstrap of its mean)."""
+    rng = np.random.default_rng(seed)
+    arrays = [np.asarray(g, dtype=np.float64) for g in groups]
+    means = np.mean([a[rng.integers(0, len(a), size=(resamples, len(a)))].mean(axis=1) for a in arrays], axis=0)
     return float(np.quantile(means, 0.025)), float(np.quantile(means, 0.975))
 
 
@@ -104,12 +106,9 @@ def clearly_better(settings: Sequence[Setting], cfg: Config, prior: Config, trai
     """Whether ``cfg``'s training gain over ``prior`` has its 95% bootstrap interval above 0: the gain is the mean over
     datasets of the mean paired per-query difference (over that dataset's settings), each dataset's queries resampled
     on their own. The bar ``calibrated`` sets a corpus's own rule, not a margin tuned on any scores."""
-    rng, gains = np.random.default_rng(seed), np.zeros(resamples)
-    datasets = sorted({s.dataset for s in settings})
-    for d in datasets:
-        diff = np.mean([s.score(cfg)[train[d]] - s.score(prior)[train[d]] for s in settings if s.dataset == d], axis=0)
-        gains += diff[rng.integers(0, len(diff), size=(resamples, len(diff)))].mean(axis=1) / len(datasets)
-    return bool(np.quantile(gains, 0.025) > 0)
+    diffs = [np.mean([s.score(cfg)[train[d]] - s.score(prior)[train[d]] for s in settings if s.dataset == d], axis=0)
+             for d in sorted({s.dataset for s in settings})]
+    return bootstrap_interval(*diffs, resamples=resamples, seed=seed)[0] > 0
 
 
 @dataclass(frozen=True)
