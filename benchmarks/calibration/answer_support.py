@@ -1,6 +1,6 @@
 """Answers and refusals on corpora nobody tuned to: the calibrated support model, held out by corpus.
 
-Run: uv run python -m benchmarks answer_support [--embedders hash,minilm] [--write-default] [--out FILE]
+Run: uv run python -m benchmarks answer_support [--embedders hash,minilm] [--write-default] [--out FILE] [--sources K=V,...]
 
 Corpora: the fixture and the two that package_corpora builds from Debian packages (restic's and Git's manuals,
 20 questions each). Each is indexed per embedder into its own scratch schema; its answerable questions and the
@@ -14,9 +14,10 @@ holding its anchor ("cited sources relevant": the share of an answer's cited sou
 question counts as refused when the final answer is the refusal. The extractive answerer's picking (answer.Picking)
 is chosen per held-out corpus on the other two corpora's answerable questions, both embedders (choose_picking: the
 highest share of cited sources relevant among the settings that cite a relevant source for at most one question
-fewer than the best setting, on each training corpus and embedder), then its focus rule (choose_focus: the most of the
-training corpora's on-topic unanswerable questions refused, written per corpus beside its golden questions, without
-citing a relevant source for fewer answerable ones); answer.PICKING is that choice on all three.
+fewer than the best setting, on each training corpus and embedder), then its focus rule and answer-type check
+(choose_focus: the most of the training corpora's on-topic unanswerable questions refused, written per corpus beside its
+golden questions, without citing a relevant source for fewer answerable ones); answer.PICKING is that choice on all three.
+--sources measures other retrievals for the sources (answer.SOURCES with the fields given).
 The seed's BM25 floor (answer.SUPPORT_FLOOR) is shown beside it. --write-default fits each embedder's model on all
 corpora (and one pooled over embedders) with the parameters chosen over them, into
 retrieval_assets/answers/support_defaults.json.
@@ -88,24 +89,24 @@ def choose(data: list[dict]) -> tuple[float, float]:
     return best[1], best[2]
 
 
-def load(conn, name: str, path: Path, key: str) -> dict:
+def load(conn, name: str, path: Path, key: str, params=answer.SOURCES) -> dict:
     documents = chunker.load_documents(path)
     chunks = [c for doc in documents for c in chunker.chunk(doc)]
     schema = common.bench_schema(f"answer_{name}", key)
     embedder = partitions.embedder(key)
     common.index(conn, schema, chunks, embedder)
-    retriever = pipeline.retriever(conn, schema, embedder, answer.SOURCES)
+    retriever = pipeline.retriever(conn, schema, embedder, params)
     queries = golden.load_golden(path / "golden.yaml", documents)
     off = calibration.off_corpus()
     unanswerable = [r["query"] for r in yaml.safe_load((path / "unanswerable.yaml").read_text(encoding="utf-8"))]
     return {"name": name, "key": key, "chunks": len(chunks), "queries": queries, "folds": calibration.domain_folds(off),
             "stats": support.stem_stats(pipeline.corpus_stats(conn, schema)),
-            "q": calibration.measure(conn, retriever, [q.query for q in queries], answer.SOURCES),
-            "off": calibration.measure(conn, retriever, [q.question for q in off], answer.SOURCES),
-            "found_q": [answer.sources(conn, retriever, q.query) for q in queries],
-            "found_off": [answer.sources(conn, retriever, q.question) for q in off], "un_q": unanswerable,
-            "un": calibration.measure(conn, retriever, unanswerable, answer.SOURCES),
-            "found_un": [answer.sources(conn, retriever, q) for q in unanswerable]}
+            "q": calibration.measure(conn, retriever, [q.query for q in queries], params),
+            "off": calibration.measure(conn, retriever, [q.question for q in off], params),
+            "found_q": [answer.sources(conn, retriever, q.query, params) for q in queries],
+            "found_off": [answer.sources(conn, retriever, q.question, params) for q in off], "un_q": unanswerable,
+            "un": calibration.measure(conn, retriever, unanswerable, params),
+            "found_un": [answer.sources(conn, retriever, q, params) for q in unanswerable]}
 
 
 PICKINGS = [answer.Picking(w, n, keep, claim) for w in itertools.product((0.0, 1.0, 2.0), repeat=3) if any(w) for n in (1, 2, 3)
@@ -141,21 +142,22 @@ def choose_picking(train: list[dict]) -> answer.Picking:
 
 
 FOCUS = [(u, q) for u in np.round(np.arange(0.2, 0.65, 0.05), 2) for q in np.round(np.arange(0.2, 1.05, 0.1), 2)]
+ASKED = (False, True)  # Picking.asked: the answer-type check off, on
 
 
 def choose_focus(train: list[dict], picking: answer.Picking) -> answer.Picking:
-    """``picking`` with the focus rule (``Picking.unknown``, ``quoted``; off: 1.0, 0.0) that refuses the most of ``train``'s
-    on-topic unanswerable questions among the rules that cite a relevant source for as many answerable questions as
-    without the rule, on each training corpus and embedder; ties: the rule that acts on fewest questions (highest
-    unknown, then lowest quoted)."""
+    """``picking`` with the focus rule (``Picking.unknown``, ``quoted``; off: 1.0, 0.0) and the answer-type check
+    (``Picking.asked``) that refuse the most of ``train``'s on-topic unanswerable questions among the rules that cite a
+    relevant source for as many answerable questions as without them, on each training corpus and embedder; ties: the
+    rule that acts on fewest questions (no type check, then highest unknown, then lowest quoted)."""
     table = lambda d, q, f: answer.sentence_table(q, [c for c, _ in f], [s for _, s in f], d["stats"])  # noqa: E731
     tables = [([table(d, q.query, f) for q, f in zip(d["queries"], d["found_q"])], [table(d, q, f) for q, f in zip(d["un_q"], d["found_un"])])
               for d in train]
     score = lambda p: ([sum(cited(d, p, t)[0]) for d, (t, _) in zip(train, tables)], sum(not answer.pick(t, p) for _, un in tables for t in un))  # noqa: E731
     base = score(picking)[0]
-    rules = [dataclasses.replace(picking, unknown=float(u), quoted=float(q)) for u, q in FOCUS] + [picking]
-    scored = [(refused, p.unknown, -p.quoted, p) for p in rules for hits, refused in [score(p)] if hits >= base]
-    return max(scored, key=lambda x: x[:3])[3]
+    rules = [dataclasses.replace(picking, unknown=float(u), quoted=float(q), asked=a) for u, q in [*FOCUS, (1.0, 0.0)] for a in ASKED]
+    scored = [(refused, -p.asked, p.unknown, -p.quoted, p) for p in rules for hits, refused in [score(p)] if hits >= base]
+    return max(scored, key=lambda x: x[:4])[4]
 
 
 def outcome(d: dict, p_q, p_off, p_un, t_q, t_off, picking: answer.Picking) -> dict:
@@ -172,7 +174,7 @@ def outcome(d: dict, p_q, p_off, p_un, t_q, t_off, picking: answer.Picking) -> d
     english = np.array([q.lang == "en" for q in off])
     unanswerable = [[p < t_q or extract(q, f).faithfulness.refused for q, f, p in zip(d["un_q"], d["found_un"], p_un)]
                     for extract in (extract, lambda q, f: answer.extractive_answer(q, [c for c, _ in f], scores=[s for _, s in f], floor=0.0, stats=d["stats"],  # noqa: E731
-                                                                                   picking=dataclasses.replace(picking, unknown=1.0, quoted=0.0)))]
+                                                                                   picking=dataclasses.replace(picking, unknown=1.0, quoted=0.0, asked=False)))]
     top = lambda found: max((s for _, s in found), default=0.0)  # noqa: E731
     first = np.array([next((i for i, (c, _) in enumerate(f) if c.chunk_id in golden.relevant([c for c, _ in f], q)), 99)
                       for q, f in zip(d["queries"], d["found_q"])])  # the rank of the first relevant source (99: none)
@@ -189,14 +191,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--embedders", default="hash,minilm")
     parser.add_argument("--write-default", action="store_true")
     parser.add_argument("--out", default=str(common.RESULTS / "answer_support.md"))
+    parser.add_argument("--sources", default="", help="the sources' retrieval: answer.SOURCES with these fields, e.g. doc_weight=0.1,rerank_fusion=rrf")
     args = parser.parse_args(argv)
+    sources = answer.SOURCES.with_(**{k: yaml.safe_load(v) for k, v in (pair.split("=", 1) for pair in args.sources.split(",") if pair)})
     corpora = {"fixture": common.CORPUS, **{name: package_corpora.build(name) for name in package_corpora.SOURCES}}
     lines = ["| corpus | embedder | chunks | answerable | relevant among the sources (top 1 / 3 / 5) | answered, relevant source cited | answered | cited sources relevant | off-corpus "
-             "refused (all / English / other languages) | on-topic unanswerable refused (before the focus rule) | fitted on | L2, threshold | seed floor: answered / refused |",
+             "refused (all / English / other languages) | on-topic unanswerable refused (before the focus rule and the type check) | fitted on | L2, threshold | seed floor: answered / refused |",
              "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     defaults, pooled, keys = {}, [], args.embedders.split(",")
     with common.connect(args.dsn) as conn:
-        data = {key: [load(conn, name, path, key) for name, path in corpora.items()] for key in keys}
+        data = {key: [load(conn, name, path, key, sources) for name, path in corpora.items()] for key in keys}
     pickings = {name: choose_picking([d for key in keys for d in data[key] if d["name"] != name]) for name in corpora}
     pickings = {name: choose_focus([d for key in keys for d in data[key] if d["name"] != name], p) for name, p in pickings.items()}
     for key in keys:
@@ -219,8 +223,9 @@ def main(argv: list[str] | None = None) -> int:
                        + [f"- on all corpora (not held out, never reported): {shipped}, {'the' if shipped == answer.PICKING else 'NOT the'} shipped answer.PICKING"])
     off = calibration.off_corpus()
     text = (f"# Answers and refusals, held out by corpus\n\nMeasured {common.host()['date']} on {common.host_line()}; code {common.code_version()}; "
-            f"{common.load_average()} at the end (quality figures, not speed). Reproduce: `uv run python -m benchmarks answer_support`.\n\n"
-            f"Off-corpus questions: {len(off)} ({sum(q.lang == 'en' for q in off)} English, {len({q.lang for q in off})} languages). Each row "
+            f"{common.load_average()} at the end (quality figures, not speed). Reproduce: `uv run python -m benchmarks answer_support"
+            f"{' --embedders ' + args.embedders if args.embedders != 'hash,minilm' else ''}{' --sources ' + args.sources if args.sources else ''}`.\n\n"
+            f"Sources: answer.SOURCES{' with ' + args.sources if args.sources else ''}. Off-corpus questions: {len(off)} ({sum(q.lang == 'en' for q in off)} English, {len({q.lang for q in off})} languages). Each row "
             "is held out: the model is fitted on the other two corpora, off-corpus questions by domain fold, and the extractive answerer's "
             "picking (answer.Picking) is chosen on the other two corpora's answerable questions (both embedders):\n\n" + chosen + "\n\n"
             + "\n".join(lines) + "\n")

@@ -10,16 +10,15 @@ offline with the sources' own sentences, each cited. Answers are checked by ``ci
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
 import psycopg
 
-from retrieval_assets.answers import support
+from retrieval_assets.answers import asked, prose, support
 from retrieval_assets.search import pipeline
-from retrieval_assets.answers.citations import MARKER, REFUSAL, check, is_refusal, line_sentences
+from retrieval_assets.answers.citations import REFUSAL, check
 from retrieval_assets.params import DEFAULT, RetrievalParams
 from retrieval_assets.search.pipeline import Retriever
 from retrieval_assets.search.rerank import LexicalReranker
@@ -86,83 +85,6 @@ def assemble(query: str, chunks: Sequence[Chunk], *, scores: Sequence[float] | N
     return Draft(prompt, tuple(c.chunk_id for c in chunks), refused=False)
 
 
-
-_FENCE = re.compile(r"^\s*(`{3,}|~{3,})")
-_HEADING = re.compile(r"^\s{0,3}#{1,6}\s")
-_ITEM = re.compile(r"^\s*(?:[-*+]|\d+[.)])\s+")
-_QUOTE = re.compile(r"^\s*>\s?")
-
-
-def _prose_blocks(text: str) -> list[tuple[str, bool]]:
-    """Paragraphs and list items of a chunk, their wrapped lines joined by a space, each with whether it introduces
-    a listing (the next line that is not blank opens a code fence, a list item or a table row); code fences,
-    headings and table rows left out (each ends the block before it, as a blank line does)."""
-    blocks: list[list] = []  # [text, introduces a listing]
-    lines: list[str] = []
-    fence = None
-    last: list | None = None  # the block ended last, while only blank lines followed it
-
-    def end_block(listing: bool = False) -> None:
-        nonlocal last
-        if lines:
-            blocks.append([" ".join(lines), False])
-            lines.clear()
-            last = blocks[-1]
-        if listing and last is not None:
-            last[1] = True
-
-    for line in text.splitlines():
-        opening = _FENCE.match(line)
-        if fence is not None:
-            if opening and opening.group(1)[0] == fence[0] and len(opening.group(1)) >= len(fence):
-                fence = None
-            continue
-        if opening:
-            end_block(listing=True)
-            fence, last = opening.group(1), None
-            continue
-        line = _QUOTE.sub("", line)
-        if not line.strip():
-            end_block()
-            continue
-        if _HEADING.match(line) or line.lstrip().startswith("|"):
-            end_block(listing=not _HEADING.match(line))
-            last = None
-            continue
-        if _ITEM.match(line):
-            end_block(listing=True)
-            line = _ITEM.sub("", line)
-        lines.append(line.strip())
-        last = None
-    end_block()
-    return [(block, introduces) for block, introduces in blocks]
-
-
-_LINK = re.compile(r"!?\[[^\]]*\]\([^)]*\)|<[a-z]+://[^>]*>|[a-z]+://\S+|`[^`]*`")
-_CLOSE = r"[\"'”’»)\]*]*$"
-_ENDS, _LEAD_IN = re.compile(r"[.!?]" + _CLOSE), re.compile(r":" + _CLOSE)
-
-
-def _is_sentence(sentence: str, lead_in: bool = False) -> bool:
-    """A sentence of prose: ends as one (. ! ?; a ``lead_in``, the last sentence of a block that introduces a listing,
-    may end with a colon: "... it fails with an error like:"), five words or more, four of them words of text outside
-    links, URLs and code spans (a link list or a bare heading is none)."""
-    words = [w for w in _LINK.sub(" ", sentence).split() if any(ch.isalpha() for ch in w)]
-    ends = _ENDS.search(sentence) or (lead_in and _LEAD_IN.search(sentence))
-    return bool(ends) and len(sentence.split()) >= 5 and len(words) >= 4
-
-
-def _candidate_sentences(text: str) -> list[str]:
-    """Prose sentences of a chunk (a sentence wrapped over lines is one): no code fences, headings,
-    table rows, link lists or marker-like text."""
-    found = []
-    for block, introduces in _prose_blocks(text):
-        sentences = line_sentences(block)
-        found += [s for i, s in enumerate(sentences) if _is_sentence(s, introduces and i == len(sentences) - 1)
-                  and not MARKER.search(s) and not is_refusal(s)]
-    return found
-
-
 def _sentence_scores(query: str, sentences: Sequence[str]) -> np.ndarray:
     """BM25 (k1 1.2, b 0.75, idf over the sentences) of the question's content words (``support.content_terms``:
     stemmed, no function words) in each sentence; all 0 when no sentence holds one."""
@@ -189,7 +111,9 @@ class Picking:
     in all, only when it earns it: its best sentence scores at least ``keep`` times the best sentence of all, and its
     claim is at least ``claim`` times the first's. It picks none (the answer refuses) when the question's focus is what
     the corpus never names: the words no chunk holds carry at least ``unknown`` of the question's idf mass and the picked
-    sentences hold less than ``quoted`` of it ("which tokenizer does Claude use" on a corpus that never says "Claude")."""
+    sentences hold less than ``quoted`` of it ("which tokenizer does Claude use" on a corpus that never says "Claude"). With
+    ``asked``, when the question asks for a number or a name to type (``asked.expected``), each picked source quotes its best
+    sentence that carries one, and the answer refuses when none of them has such a sentence."""
 
     weights: tuple[float, float, float] = (1.0, 1.0, 1.0)
     sources: int = 3
@@ -197,14 +121,15 @@ class Picking:
     claim: float = 0.0
     unknown: float = 1.0
     quoted: float = 0.0
+    asked: bool = False
 
 
 # Chosen on the fixture, restic's and Git's manuals with hash and MiniLM sources (benchmarks/calibration/answer_support.py;
 # its report gives each corpus's held-out choice): the highest share of cited sources relevant among the settings that
 # cite a relevant source for at most one question fewer than the best setting, on each corpus and embedder (docs/answers.md);
-# then the focus rule that refuses the most of the corpora's on-topic unanswerable questions without citing a relevant
-# source for fewer answerable ones (choose_focus).
-PICKING = Picking((1.0, 2.0, 0.0), sources=3, keep=0.5, claim=0.5, unknown=0.4, quoted=0.5)
+# then the focus rule and the answer-type check that refuse the most of the corpora's on-topic unanswerable questions
+# without citing a relevant source for fewer answerable ones (choose_focus; every held-out fold takes the check).
+PICKING = Picking((1.0, 2.0, 0.0), sources=3, keep=0.5, claim=0.5, unknown=0.4, quoted=0.5, asked=True)
 
 
 @dataclass(frozen=True)
@@ -219,6 +144,8 @@ class SentenceTable:
     # weighing as one that one chunk holds); and that mass's share in words no chunk holds (0 without corpus stats)
     terms: list[dict[str, float]] | None = None
     unknown: float = 0.0
+    asked: str | None = None  # the answer type the question asks for (asked.expected), and the types each candidate carries
+    carries: list[frozenset[str]] | None = None
 
 
 def sentence_table(query: str, chunks: Sequence[Chunk], scores: Sequence[float] | None = None,
@@ -228,7 +155,7 @@ def sentence_table(query: str, chunks: Sequence[Chunk], scores: Sequence[float] 
     candidates: list[tuple[str, int]] = []
     seen: set[str] = set()
     for n, c in enumerate(chunks, 1):
-        for sentence in _candidate_sentences(c.text):
+        for sentence in prose.sentences(c.text):
             key = " ".join(sentence.split()).casefold()
             if key in seen or check(f"{sentence} [{n}]", citations) != Faithfulness((n,), 0, False):
                 continue  # overlap repeats a sentence; or it would not check as one cited sentence
@@ -245,27 +172,40 @@ def sentence_table(query: str, chunks: Sequence[Chunk], scores: Sequence[float] 
     focus, unknown = support.focus(query, stats)
     terms = [{t: v for t, v in focus.items() if held[t]} for held in (support.stems(s) for s, _ in candidates)]
     unknown = unknown if corpus else 0.0
-    return SentenceTable(candidates, _sentence_scores(query, [s for s, _ in candidates]), claims, terms, unknown)
+    return SentenceTable(candidates, _sentence_scores(query, [s for s, _ in candidates]), claims, terms, unknown,
+                         asked.expected(query), [asked.carries(s) for s, _ in candidates])
 
 
 def pick(table: SentenceTable, picking: Picking = PICKING) -> list[int]:
-    """Indices of the candidates the answer quotes, in answer order (see ``Picking``); none when no sentence shares a
-    content word with the question, or when the question's focus is what the corpus never names."""
-    best: dict[int, int] = {}  # source number -> its best candidate
-    for i, (_, n) in enumerate(table.candidates):
-        if table.bm25[i] > 0 and (n not in best or table.bm25[i] > table.bm25[best[n]]):
-            best[n] = i
+    """Indices of the candidates the answer quotes, in answer order (see ``Picking``); none when no sentence shares a content
+    word with the question, when its focus is what the corpus never names, or (``asked``) no picked source has what it asks."""
+    best = _best(table)
     if not best:
         return []
     top = max(table.bm25[i] for i in best.values())
     claim = table.claims @ np.asarray(picking.weights, dtype=float)
     first, *rest = sorted(best, key=lambda n: (-claim[n - 1], n))
     earned = [n for n in rest if table.bm25[best[n]] >= picking.keep * top and claim[n - 1] >= picking.claim * claim[first - 1]]
-    picked = [best[n] for n in [first, *earned][: picking.sources]]
+    chosen = [first, *earned][: picking.sources]
+    picked = [best[n] for n in chosen]
+    if picking.asked and table.asked and table.carries:  # each source quotes its best sentence of the type asked for
+        typed = _best(table, lambda i: table.asked in table.carries[i])
+        if not typed.keys() & set(chosen):
+            return []
+        picked = [typed.get(n, best[n]) for n in chosen]
     held = set().union(*(table.terms[i].items() for i in picked)) if table.terms else set()
     if table.unknown >= picking.unknown and sum(v for _, v in held) < picking.quoted:
         return []
     return picked
+
+
+def _best(table: SentenceTable, keep=lambda i: True) -> dict[int, int]:
+    """Source number -> its best candidate (the highest BM25 above 0) among those ``keep`` takes."""
+    best: dict[int, int] = {}
+    for i, (_, n) in enumerate(table.candidates):
+        if table.bm25[i] > 0 and keep(i) and (n not in best or table.bm25[i] > table.bm25[best[n]]):
+            best[n] = i
+    return best
 
 
 def extractive_answer(query: str, chunks: Sequence[Chunk], *, scores: Sequence[float] | None = None, min_support: int = 1,
@@ -274,7 +214,7 @@ def extractive_answer(query: str, chunks: Sequence[Chunk], *, scores: Sequence[f
     claim to answer, and of each further source that earns its place (``pick``).
 
     Refuses as ``assemble`` does (below the floor) and when no sentence shares a content word with
-    the question. Candidates are the prose sentences of the sources (``_is_sentence``: no code,
+    the question. Candidates are the prose sentences of the sources (``prose.sentences``: no code,
     headings, tables, link lists, or text holding ``[n]``), scored by the BM25 of the question's
     content words over all candidates; kept verbatim, one per line with ``[n]``.
     Deterministic, no model; cost 0.
