@@ -480,7 +480,16 @@ def shoot_graph(ui: UI, browser, out: Path, assets: list[str]) -> None:
     for name in assets:
         page.locator("foreignObject", has_text=name).first.wait_for(timeout=30_000)
     page.get_by_text("Latest event").first.wait_for(timeout=30_000)
-    page.wait_for_timeout(4000)  # live data (statuses, partition counts) arrives after the layout
+    # live data (statuses, partition counts) arrives after the layout, later on a loaded machine: wait until no node
+    # says "Loading" and the partitioned nodes show how filled they are
+    loading = page.locator("foreignObject").get_by_text(re.compile(r"^\s*Loading"))
+    for _ in range(90):
+        if not loading.count() and page.get_by_text(re.compile(r"% filled")).count():
+            break
+        page.wait_for_timeout(1000)
+    else:
+        raise RuntimeError("asset graph: the nodes' live data was still loading after 90 s")
+    page.wait_for_timeout(1500)
     if page.locator("[class*=minimalAssetNode]").count():
         raise RuntimeError("asset graph: nodes drawn minimal (zoom below the detail threshold)")
     check_clean(page, "asset graph")
