@@ -15,7 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from psycopg import sql
 
-from retrieval_assets.answers import answer, calibration, reliability, respond, support
+from retrieval_assets.answers import answer, asked, calibration, reliability, respond, support
 from retrieval_assets.answers.citations import REFUSAL
 from retrieval_assets.answers.support import Evidence, SupportModel
 from retrieval_assets.corpus.registry import FIXTURE_CORPUS, Corpus
@@ -217,6 +217,14 @@ def test_claude_path_refuses_an_unnamed_focus_without_a_call(conn, small):
         fake = ScriptedQuery("Acme supplies them [1].")
         r = respond.respond(conn, retriever, question, answer.SOURCES, cal, answerer="claude", query_fn=fake)
         assert r.supported and r.result.text == REFUSAL and fake.calls == [], question
+    # a question asking for a name to type that no source holds (the lighthouse pages name no command): no call either
+    question = "Which command starts the compressor engine?"
+    chunks = [c for c, _ in answer.sources(conn, retriever, question)]
+    assert asked.expected(question) == asked.CODE and not any(asked.carries(c.text) & {asked.CODE} for c in chunks)
+    assert respond.untyped(question, chunks) and not respond.untyped(question, chunks, dataclasses.replace(answer.PICKING, asked=False))
+    fake = ScriptedQuery("Run compressor-start [1].")
+    r = respond.respond(conn, retriever, question, answer.SOURCES, cal, answerer="claude", query_fn=fake)
+    assert r.supported and r.result.text == REFUSAL and fake.calls == []
     for question in ANSWERABLE:
         fake = ScriptedQuery("It is in the sources [1].")
         respond.respond(conn, retriever, question, answer.SOURCES, cal, answerer="claude", query_fn=fake)

@@ -6,7 +6,8 @@ extractive answerer's sentences), computes the question's evidence and support w
 (``calibration.Calibration``), and answers only when the support reaches the model's threshold:
 ``extractive`` answers with cited source sentences, ``claude`` sends the numbered-source prompt
 (``answer.assemble``, ``claude.run``; ``query_fn`` replaces the SDK call) unless the question's focus is what
-the corpus never names (``unnamed``, the extractive answerer's focus rule). A refused question costs no model call.
+the corpus never names (``unnamed``, the extractive answerer's focus rule) or asks for a number or a name to type
+that no source holds (``untyped``). A refused question costs no model call.
 Any question text, empty, huge or in any script, gives an answer or the refusal.
 """
 
@@ -16,7 +17,7 @@ from dataclasses import dataclass
 
 import psycopg
 
-from retrieval_assets.answers import answer, claude, support
+from retrieval_assets.answers import answer, asked, claude, support
 from retrieval_assets.answers.calibration import Calibration
 from retrieval_assets.answers.citations import REFUSAL, check
 from retrieval_assets.answers.support import Evidence
@@ -48,7 +49,7 @@ def respond(conn: psycopg.Connection, retriever: pipeline.Retriever, question: s
         result = (answer.extractive_answer(question, chunks, scores=scores, floor=0.0, stats=stats) if supported
                   else Answer(REFUSAL, check(REFUSAL, tuple(c.chunk_id for c in chunks)), 0.0))
     else:
-        send = supported and not unnamed(question, chunks, stats)
+        send = supported and not unnamed(question, chunks, stats) and not untyped(question, chunks)
         draft = answer.assemble(question, chunks if send else [], scores=scores if send else None, floor=0.0)
         result = claude.run(question, draft, model=model, query_fn=query_fn)
     return Response(result, found, evidence, probability, supported)
@@ -61,3 +62,10 @@ def unnamed(question: str, chunks: list[Chunk], stats: support.StemStats, pickin
     shares, unknown = support.focus(question, stats)
     present = set().union(*(support.stems(f"{c.text} {c.heading_path}") for c in chunks))
     return unknown >= picking.unknown and sum(v for t, v in shares.items() if t in present) < picking.quoted
+
+
+def untyped(question: str, chunks: list[Chunk], picking: answer.Picking = answer.PICKING) -> bool:
+    """``answer.pick``'s type check over whole sources (code and tables included, as a model reads them): the question
+    asks for a number or a name to type (``asked.expected``) and no source's text holds one."""
+    kind = asked.expected(question) if picking.asked else None
+    return kind is not None and not any(kind in asked.carries(c.text) for c in chunks)
