@@ -193,7 +193,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", default=str(common.RESULTS / "answer_support.md"))
     parser.add_argument("--sources", default="", help="the sources' retrieval: answer.SOURCES with these fields, e.g. doc_weight=0.1,rerank_fusion=rrf")
     args = parser.parse_args(argv)
-    sources = answer.SOURCES.with_(**{k: yaml.safe_load(v) for k, v in (pair.split("=", 1) for pair in args.sources.split(",") if pair)})
+    try:
+        sources = answer.SOURCES.with_(**{k: yaml.safe_load(v) for k, v in (pair.split("=", 1) for pair in args.sources.split(",") if pair)})
+    except ValueError as exc:  # an unknown field, a bad value, or a pair without '='
+        parser.error(f"--sources {args.sources}: {exc}")
     corpora = {"fixture": common.CORPUS, **{name: package_corpora.build(name) for name in package_corpora.SOURCES}}
     lines = ["| corpus | embedder | chunks | answerable | relevant among the sources (top 1 / 3 / 5) | answered, relevant source cited | answered | cited sources relevant | off-corpus "
              "refused (all / English / other languages) | on-topic unanswerable refused (before the focus rule and the type check) | fitted on | L2, threshold | seed floor: answered / refused |",
