@@ -123,6 +123,11 @@ class Picking:
     quoted: float = 0.0
     asked: bool = False
 
+    def off_focus(self, unknown: float, held: float) -> bool:
+        """The focus rule: words no chunk holds carry ``unknown`` of the question's idf mass, at least ``self.unknown``,
+        and what the answer would quote holds ``held`` of it, less than ``self.quoted``."""
+        return unknown >= self.unknown and held < self.quoted
+
 
 # Chosen on the fixture, restic's and Git's manuals with hash and MiniLM sources (benchmarks/calibration/answer_support.py;
 # its report gives each corpus's held-out choice): the highest share of cited sources relevant among the settings that
@@ -194,7 +199,7 @@ def pick(table: SentenceTable, picking: Picking = PICKING) -> list[int]:
             return []
         picked = [typed.get(n, best[n]) for n in chosen]
     held = set().union(*(table.terms[i].items() for i in picked)) if table.terms else set()
-    if table.unknown >= picking.unknown and sum(v for _, v in held) < picking.quoted:
+    if picking.off_focus(table.unknown, sum(v for _, v in held)):
         return []
     return picked
 

@@ -61,7 +61,7 @@ def unnamed(question: str, chunks: list[Chunk], stats: support.StemStats, pickin
     headings hold less than ``picking.quoted`` of it. The Claude path refuses such a question without a model call."""
     shares, unknown = support.focus(question, stats)
     present = set().union(*(support.stems(f"{c.text} {c.heading_path}") for c in chunks))
-    return unknown >= picking.unknown and sum(v for t, v in shares.items() if t in present) < picking.quoted
+    return picking.off_focus(unknown, sum(v for t, v in shares.items() if t in present))
 
 
 def untyped(question: str, chunks: list[Chunk], picking: answer.Picking = answer.PICKING) -> bool:
