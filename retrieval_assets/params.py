@@ -152,6 +152,8 @@ def _unit(value) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and 0 <= value <= 1
 
 
+FIELD_NAMES = frozenset(f.name for f in fields(RetrievalParams))  # what a command line or run config may set by name
+
 SEED = RetrievalParams()  # the seed's pipeline: ts_rank_cd list, RRF 1:1, the reranker's order alone, MMR 0.7
 # The default is the pipeline the staged rule chose on every query of Cranfield and the golden set together,
 # hash and MiniLM alike, on 2026-12-03 (benchmarks/guards/quality.py; benchmarks/results/quality.md): the BM25

@@ -13,18 +13,11 @@ class UsageError(Exception):
 
 
 def pipeline_params(args, base: RetrievalParams | None = None) -> RetrievalParams:
-    """``base`` (default: the named pipeline ``--pipeline``) with the command line's overrides."""
-    changes = {"k": args.k, "n": args.n}
+    """``base`` (default: the named pipeline ``--pipeline``) with the command line's overrides: every option named after
+    a ``RetrievalParams`` field and given (not None), ``--vector-weight`` as the weights, ``--no-mmr``, ``--corpus-idf``."""
+    changes = {name: value for name, value in vars(args).items() if name in params.FIELD_NAMES and value is not None}
     if args.vector_weight is not None:
         changes["weights"] = (args.vector_weight, round(1 - args.vector_weight, 12))
-    changes.update({name: value for name, value in (("lexical", args.lexical), ("fusion", args.fusion),
-                                                     ("rerank_weight", args.rerank_weight), ("rerank_fusion", args.rerank_fusion),
-                                                     ("mmr_lambda", args.mmr_lambda),
-                                                     ("prf_docs", args.prf_docs), ("prf_terms", args.prf_terms),
-                                                     ("prf_weight", args.prf_weight), ("prf_beta", args.prf_beta),
-                                                     ("rerank_idf", args.rerank_idf), ("doc_weight", args.doc_weight),
-                                                     ("evidence_shift", args.evidence_shift))
-                    if value is not None})
     if args.no_mmr:
         changes["mmr_lambda"] = None
     if args.corpus_idf:

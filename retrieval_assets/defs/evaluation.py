@@ -162,12 +162,8 @@ def evaluation_assets(corpus: Corpus) -> list[dg.AssetsDefinition]:
             yield dg.AssetCheckResult(check_name="no_regression", passed=True, metadata={"reason": status})
             return
         try:
-            variants = {"default": DEFAULT.with_(k=config.k, n=config.n, fusion=config.fusion, rerank_weight=config.rerank_weight,
-                                                 mmr_lambda=config.mmr_lambda, weights=(config.vector_weight, config.lexical_weight),
-                                                 prf_docs=config.prf_docs, prf_terms=config.prf_terms, prf_weight=config.prf_weight,
-                                                 prf_beta=config.prf_beta, lexical=config.lexical, evidence_shift=config.evidence_shift,
-                                                 rerank_fusion=config.rerank_fusion, rerank_idf=config.rerank_idf,
-                                                 doc_weight=config.doc_weight)}
+            fields = {name: value for name, value in config.model_dump().items() if name in params.FIELD_NAMES}  # mmr_lambda None: no MMR
+            variants = {"default": DEFAULT.with_(weights=(config.vector_weight, config.lexical_weight), **fields)}
             variants.update({name: params.named(name).with_(k=config.k, n=config.n) for name in config.compare if name != "default"})
         except ValueError as exc:
             raise dg.Failure(description=f"eval_run config: {exc}") from None
