@@ -162,11 +162,29 @@ SEED = RetrievalParams()  # the seed's pipeline: ts_rank_cd list, RRF 1:1, the r
 # for Cranfield in-sample and is not clearly better, so this one stays (docs/quality.md, how the default was chosen).
 DEFAULT = SEED.with_(lexical="bm25", fusion="zscore", weights=(0.4, 0.6), rerank_weight=0.4, rerank_idf="corpus",
                      mmr_lambda=None)
+# An embedder partition's own default, where the staged rule fitted for that embedder alone beat the joint one held
+# out: mpnet's (benchmarks/results/quality-mpnet-own.md; docs/quality.md, "mpnet's own default") is the rule chosen on
+# every query of Cranfield and the golden set with mpnet alone. Held out (each fold's choice made without it): Cranfield
+# 0.437 (1.14x bm25s), golden 0.739, conceptual 0.585, against the joint rule's 0.436 / 0.737 / 0.388.
+EMBEDDER_DEFAULTS = {"mpnet": DEFAULT.with_(fusion="zscore", weights=(0.5, 0.5), evidence_shift=0.75, rerank=False)}
 PIPELINES = {"default": DEFAULT, "seed": SEED}  # the named pipelines assets, command line and benchmarks accept
 
 
-def named(name: str) -> RetrievalParams:
-    """The named pipeline's parameters; ``ValueError`` naming the known names otherwise."""
+def default_for(embedder: str | None) -> RetrievalParams:
+    """The default pipeline of embedder partition ``embedder``: its own (``EMBEDDER_DEFAULTS``) or ``DEFAULT``."""
+    return EMBEDDER_DEFAULTS.get(embedder or "", DEFAULT)
+
+
+def default_name(embedder: str | None) -> str:
+    """What ``default_for(embedder)`` is called in a report line."""
+    return f"params.EMBEDDER_DEFAULTS[{embedder!r}]" if embedder in EMBEDDER_DEFAULTS else "params.DEFAULT"
+
+
+def named(name: str, embedder: str | None = None) -> RetrievalParams:
+    """The named pipeline's parameters ("default": ``embedder``'s, ``default_for``); ``ValueError`` naming the known
+    names otherwise."""
+    if name == "default":
+        return default_for(embedder)
     try:
         return PIPELINES[name]
     except (KeyError, TypeError):

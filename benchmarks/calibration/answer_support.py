@@ -5,7 +5,7 @@ Run: uv run python -m benchmarks answer_support [--embedders hash,minilm] [--wri
 Corpora: the fixture and the two that package_corpora builds from Debian packages (restic's and Git's manuals,
 20 questions each). Each is indexed per embedder into its own scratch schema; its answerable questions and the
 shipped off-corpus set (retrieval_assets/answers/off_corpus.yaml) run through the default pipeline
-(answer.SOURCES) and calibration.measure. For each corpus, the support model is fitted on the OTHER corpora
+(answer.sources_for: the embedder's default pipeline, five sources) and calibration.measure. For each corpus, the support model is fitted on the OTHER corpora
 only (support.fit), its L2 strength and threshold chosen by leave-one-corpus-out inside those (the one that
 maximises the lower of the answer and refusal rates); off-corpus questions are held out by domain as well
 (a fold's domains are neither in the fit nor in the cosine reference). A question counts as answered with a
@@ -17,7 +17,7 @@ highest share of cited sources relevant among the settings that cite a relevant 
 fewer than the best setting, on each training corpus and embedder), then its focus rule and answer-type check
 (choose_focus: the most of the training corpora's on-topic unanswerable questions refused, written per corpus beside its
 golden questions, without citing a relevant source for fewer answerable ones); answer.PICKING is that choice on all three.
---sources measures other retrievals for the sources (answer.SOURCES with the fields given).
+--sources measures other retrievals for the sources (each embedder's answer.sources_for with the fields given).
 The seed's BM25 floor (answer.SUPPORT_FLOOR) is shown beside it. --write-default fits each embedder's model on all
 corpora (and one pooled over embedders) with the parameters chosen over them, into
 retrieval_assets/answers/support_defaults.json.
@@ -89,7 +89,7 @@ def choose(data: list[dict]) -> tuple[float, float]:
     return best[1], best[2]
 
 
-def load(conn, name: str, path: Path, key: str, params=answer.SOURCES) -> dict:
+def load(conn, name: str, path: Path, key: str, params) -> dict:
     documents = chunker.load_documents(path)
     chunks = [c for doc in documents for c in chunker.chunk(doc)]
     schema = common.bench_schema(f"answer_{name}", key)
@@ -191,19 +191,21 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--embedders", default="hash,minilm")
     parser.add_argument("--write-default", action="store_true")
     parser.add_argument("--out", default=str(common.RESULTS / "answer_support.md"))
-    parser.add_argument("--sources", default="", help="the sources' retrieval: answer.SOURCES with these fields, e.g. doc_weight=0.1,rerank_fusion=rrf")
+    parser.add_argument("--sources", default="", help="the sources' retrieval: answer.sources_for(embedder) with these fields, e.g. doc_weight=0.1,rerank_fusion=rrf")
     args = parser.parse_args(argv)
+    keys = args.embedders.split(",")
     try:
-        sources = answer.SOURCES.with_(**{k: yaml.safe_load(v) for k, v in (pair.split("=", 1) for pair in args.sources.split(",") if pair)})
+        changes = {k: yaml.safe_load(v) for k, v in (pair.split("=", 1) for pair in args.sources.split(",") if pair)}
+        sources = {key: answer.sources_for(key).with_(**changes) for key in keys}
     except ValueError as exc:  # an unknown field, a bad value, or a pair without '='
         parser.error(f"--sources {args.sources}: {exc}")
     corpora = {"fixture": common.CORPUS, **{name: package_corpora.build(name) for name in package_corpora.SOURCES}}
     lines = ["| corpus | embedder | chunks | answerable | relevant among the sources (top 1 / 3 / 5) | answered, relevant source cited | answered | cited sources relevant | off-corpus "
              "refused (all / English / other languages) | on-topic unanswerable refused (before the focus rule and the type check) | fitted on | L2, threshold | seed floor: answered / refused |",
              "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
-    defaults, pooled, keys = {}, [], args.embedders.split(",")
+    defaults, pooled = {}, []
     with common.connect(args.dsn) as conn:
-        data = {key: [load(conn, name, path, key, sources) for name, path in corpora.items()] for key in keys}
+        data = {key: [load(conn, name, path, key, sources[key]) for name, path in corpora.items()] for key in keys}
     pickings = {name: choose_picking([d for key in keys for d in data[key] if d["name"] != name]) for name in corpora}
     pickings = {name: choose_focus([d for key in keys for d in data[key] if d["name"] != name], p) for name, p in pickings.items()}
     for key in keys:
@@ -228,7 +230,7 @@ def main(argv: list[str] | None = None) -> int:
     text = (f"# Answers and refusals, held out by corpus\n\nMeasured {common.host()['date']} on {common.host_line()}; code {common.code_version()}; "
             f"{common.load_average()} at the end (quality figures, not speed). Reproduce: `uv run python -m benchmarks answer_support"
             f"{' --embedders ' + args.embedders if args.embedders != 'hash,minilm' else ''}{' --sources ' + args.sources if args.sources else ''}`.\n\n"
-            f"Sources: answer.SOURCES{' with ' + args.sources if args.sources else ''}. Off-corpus questions: {len(off)} ({sum(q.lang == 'en' for q in off)} English, {len({q.lang for q in off})} languages). Each row "
+            f"Sources: answer.sources_for(embedder){' with ' + args.sources if args.sources else ''} ({'; '.join(f'{k}: {p.describe()}' for k, p in sources.items())}). Off-corpus questions: {len(off)} ({sum(q.lang == 'en' for q in off)} English, {len({q.lang for q in off})} languages). Each row "
             "is held out: the model is fitted on the other two corpora, off-corpus questions by domain fold, and the extractive answerer's "
             "picking (answer.Picking) is chosen on the other two corpora's answerable questions (both embedders):\n\n" + chosen + "\n\n"
             + "\n".join(lines) + "\n")

@@ -19,7 +19,7 @@ import psycopg
 from retrieval_assets.answers import asked, prose, support
 from retrieval_assets.search import pipeline
 from retrieval_assets.answers.citations import REFUSAL, check
-from retrieval_assets.params import DEFAULT, RetrievalParams
+from retrieval_assets.params import RetrievalParams, default_for
 from retrieval_assets.search.pipeline import Retriever
 from retrieval_assets.search.rerank import LexicalReranker
 from retrieval_assets.types import Answer, Chunk, Draft, Faithfulness
@@ -35,7 +35,15 @@ from retrieval_assets.types import Answer, Chunk, Draft, Faithfulness
 # refuse. Another reranker (the cross-encoder scores logits) needs its own floor.
 SUPPORT_FLOOR = 6.80
 
-SOURCES = DEFAULT.with_(k=5)  # the retrieval of an answer's sources: the default pipeline, five sources
+SOURCES_K = 5  # an answer's sources
+
+
+def sources_for(embedder: str | None) -> RetrievalParams:
+    """The retrieval of an answer's sources with embedder partition ``embedder``: its default pipeline, ``SOURCES_K`` sources."""
+    return default_for(embedder).with_(k=SOURCES_K)
+
+
+SOURCES = sources_for(None)  # params.DEFAULT's (hash's, MiniLM's)
 
 
 def sources(conn: psycopg.Connection, retriever: Retriever, query: str, params: RetrievalParams = SOURCES) -> list[tuple[Chunk, float]]:
@@ -174,7 +182,7 @@ def sentence_table(query: str, chunks: Sequence[Chunk], scores: Sequence[float] 
     best = max(scores, default=0.0) if scores is not None else 0.0
     claims = np.array([[1 / n, support.idf_share(idf, tf), max(scores[n - 1], 0.0) / best if best > 0 else 0.0]
                        for n, tf in enumerate(counts, 1)], dtype=float).reshape(-1, 3)
-    focus, unknown = support.focus(query, stats)
+    focus, unknown = support.focus(idf, stats)
     terms = [{t: v for t, v in focus.items() if held[t]} for held in (support.stems(s) for s, _ in candidates)]
     unknown = unknown if corpus else 0.0
     return SentenceTable(candidates, _sentence_scores(query, [s for s, _ in candidates]), claims, terms, unknown,

@@ -59,7 +59,7 @@ def unnamed(question: str, chunks: list[Chunk], stats: support.StemStats, pickin
     """``answer.pick``'s focus rule over whole sources, as a model reads them: the question's focus is what the corpus
     never names (words no chunk holds carry at least ``picking.unknown`` of its idf mass) and the sources' text and
     headings hold less than ``picking.quoted`` of it. The Claude path refuses such a question without a model call."""
-    shares, unknown = support.focus(question, stats)
+    shares, unknown = support.focus(support.question_idf(question, stats), stats)
     present = set().union(*(support.stems(f"{c.text} {c.heading_path}") for c in chunks))
     return picking.off_focus(unknown, sum(v for t, v in shares.items() if t in present))
 

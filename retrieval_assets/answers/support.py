@@ -83,11 +83,11 @@ def idf_share(idf: Mapping[str, float], present: Mapping[str, int]) -> float:
     return sum(v for t, v in idf.items() if present.get(t, 0) > 0) / mass if mass > 0 else 0.0
 
 
-def focus(query: str, stats: StemStats) -> tuple[dict[str, float], float]:
-    """The question's focus: its content terms' shares of its idf mass, a word no chunk holds weighing as one that one
-    chunk holds (no more); and the share of that mass in words no chunk of the corpus holds."""
+def focus(idf: Mapping[str, float], stats: StemStats) -> tuple[dict[str, float], float]:
+    """The question's focus from its idf mass (``question_idf`` under ``stats``): its content terms' shares of that mass,
+    a word no chunk holds weighing as one that one chunk holds (no more); and the share of it in words no chunk holds."""
     rarest = stats.idf_at(1)
-    weights = {t: v if stats.df.get(t, 0) else rarest for t, v in question_idf(query, stats).items()}
+    weights = {t: v if stats.df.get(t, 0) else rarest for t, v in idf.items()}
     mass = sum(weights.values()) or 1.0
     shares = {t: v / mass for t, v in weights.items()}
     return shares, sum(v for t, v in shares.items() if not stats.df.get(t, 0))

@@ -13,7 +13,7 @@ class UsageError(Exception):
 
 
 def pipeline_params(args, base: RetrievalParams | None = None) -> RetrievalParams:
-    """``base`` (default: the named pipeline ``--pipeline``) with the command line's overrides: every option named after
+    """``base`` (default: the named pipeline ``--pipeline``, "default" being ``--embedder``'s) with the command line's overrides: every option named after
     a ``RetrievalParams`` field and given (not None), ``--vector-weight`` as the weights, ``--no-mmr``, ``--corpus-idf``."""
     changes = {name: value for name, value in vars(args).items() if name in params.FIELD_NAMES and value is not None}
     if args.vector_weight is not None:
@@ -25,7 +25,7 @@ def pipeline_params(args, base: RetrievalParams | None = None) -> RetrievalParam
             raise UsageError(f"--corpus-idf contradicts --rerank-idf {args.rerank_idf}")
         changes["rerank_idf"] = "corpus"
     try:
-        return (base or params.named(args.pipeline)).with_(**changes)
+        return (base or params.named(args.pipeline, getattr(args, "embedder", None))).with_(**changes)
     except ValueError as exc:
         raise UsageError(str(exc)) from None
 

@@ -70,8 +70,8 @@ def build(description: str) -> argparse.ArgumentParser:
             p.add_argument("--recall-target", type=float, default=vector_index.RECALL_TARGET,
                            help=f"recall@10 the graph must reach, within [0, 1] (default {vector_index.RECALL_TARGET})")
             continue
-        p.add_argument("--pipeline", default="default", help=f"named pipeline ({', '.join(PIPELINES)}); the options below override it")
-        p.add_argument("--k", type=int, default=DEFAULT.k if name != "answer" else answer.SOURCES.k)
+        p.add_argument("--pipeline", default="default", help=f"named pipeline ({', '.join(PIPELINES)}; default: the embedder's, params.default_for); the options below override it")
+        p.add_argument("--k", type=int, default=DEFAULT.k if name != "answer" else answer.SOURCES_K)
         p.add_argument("--n", type=int, default=DEFAULT.n, help="fused candidate pool size")
         p.add_argument("--lexical", default=None, choices=LEXICAL, help="lexical list fused with vectors")
         p.add_argument("--fusion", default=None, choices=FUSION, help="how the two lists are fused")
@@ -97,7 +97,7 @@ def build(description: str) -> argparse.ArgumentParser:
             p.add_argument("--no-what-if", action="store_true", help="skip the what-if experiments")
         if name in ("answer", "search"):
             p.add_argument("question" if name == "answer" else "query")
-            p.add_argument("--ignore-rule", action="store_true", help="params.DEFAULT even when a calibrated retrieval rule is stored")
+            p.add_argument("--ignore-rule", action="store_true", help="the embedder's default pipeline even when a calibrated retrieval rule is stored")
         if name == "answer":
             p.add_argument("--floor", type=float, default=None,
                            help="refuse below this BM25 support instead (the seed's floor: "

@@ -4,7 +4,7 @@ Contract: ``calibrate`` indexes the corpus into the command-line schema, fits it
 (``retrieval_rule.for_index``: reused when fitted on the same index version and queries, unless ``--refit``) and stores
 it for the corpus and embedder, where the ``<corpus>/retrieval_rule`` asset stores it too (the later one's is kept).
 ``ruled_params`` gives ``search`` and ``answer`` the stored rule under ``--pipeline default`` (the pipeline options
-still override it), ``params.DEFAULT`` when none is stored or with ``--ignore-rule``, and the line saying which,
+still override it), the embedder's default (``params.default_for``) when none is stored or with ``--ignore-rule``, and the line saying which,
 printed on stderr (by ``answer`` only when a calibrated rule changed its retrieval). A corpus folder without golden.yaml is a
 ``UsageError`` for ``calibrate``.
 """
@@ -18,7 +18,7 @@ from retrieval_assets import partitions
 from retrieval_assets.cli.args import UsageError, index_corpus, pipeline_params
 from retrieval_assets.corpus import golden
 from retrieval_assets.evaluation import retrieval_rule
-from retrieval_assets.params import DEFAULT, RetrievalParams
+from retrieval_assets.params import RetrievalParams, default_name
 from retrieval_assets.search import pipeline
 
 
@@ -30,7 +30,7 @@ def ruled_params(conn, args, schema: str) -> tuple[RetrievalParams, str]:
     """The parameters of a ``search`` or ``answer`` on the index in ``schema`` (see the contract) and the line saying which rule they are."""
     if args.pipeline != "default":
         return pipeline_params(args), f"retrieval rule: the named pipeline {args.pipeline} (--pipeline)"
-    base, note = retrieval_rule.for_search(conn, _history(), partitions.corpus_name_for(args.corpus), args.embedder, DEFAULT,
+    base, note = retrieval_rule.for_search(conn, _history(), partitions.corpus_name_for(args.corpus), args.embedder,
                                            ignore=args.ignore_rule, schema=schema)
     return pipeline_params(args, base), note
 
@@ -63,4 +63,4 @@ def calibrate(conn, args, documents, chunks, out) -> None:
     print(rule.summary() + (f"; reused: fitted {when} UTC on this index version and these golden queries (--refit fits again)"
                             if when else ""), file=out)
     print(f"stored in {_history()}.{retrieval_rule.TABLE}: search and answer on this corpus and embedder use it "
-          "(--ignore-rule: params.DEFAULT)", file=out)
+          f"(--ignore-rule: {default_name(args.embedder)})", file=out)

@@ -33,12 +33,12 @@ ANSWERERS = ("claude", "extractive")
 class AnswersConfig(dg.Config):
     questions: list[str] = DEFAULT_QUESTIONS
     answerer: str = "claude"  # "claude" (claude-agent-sdk, needs credentials) or "extractive" (offline)
-    top_k: int = answer.SOURCES.k
+    top_k: int = answer.SOURCES_K
     model: str | None = None  # Claude model; None: claude.MODEL
     # None: the corpus's calibrated support (its support_calibration); a number: the seed's BM25 floor instead
     # (answer.SUPPORT_FLOOR = 6.80, calibrated on the fixture corpus alone)
     support_floor: float | None = None
-    ignore_rule: bool = False  # params.DEFAULT even when the corpus's calibrated retrieval rule (retrieval_rule) is stored
+    ignore_rule: bool = False  # the embedder's default (params.default_for) even when the corpus's calibrated retrieval rule (retrieval_rule) is stored
 
 
 def check_answerer(answerer: str) -> None:
@@ -93,7 +93,8 @@ def answer_assets(corpus: Corpus) -> list[dg.AssetsDefinition]:
         partition = context.partition_key
         with user_errors("support_calibration"), postgres.connect() as conn:
             schema = postgres.schema(partition, corpus=corpus.name)
-            params, rule = retrieval_rule.for_search(conn, postgres.history_schema, corpus.name, partition, answer.SOURCES, schema=schema)
+            params, rule = retrieval_rule.for_search(conn, postgres.history_schema, corpus.name, partition, answer.sources_for(partition),
+                                                     schema=schema)
             retriever = pipeline.retriever(conn, schema, partitions.embedder(partition), params)
             cal, _ = calibration.for_index(conn, retriever, corpus_questions(corpus), params, partition, refresh=True)
         context.log.info(f"support_calibration ({corpus.name}, {partition}): {reliability.summary(cal)}")
@@ -133,7 +134,7 @@ def answer_assets(corpus: Corpus) -> list[dg.AssetsDefinition]:
         with user_errors("answers"), postgres.connect() as conn:
             schema = postgres.schema(key, corpus=corpus.name)
             params, meta["retrieval_rule"] = retrieval_rule.for_search(conn, postgres.history_schema, corpus.name, key,
-                                                                       answer.SOURCES.with_(k=config.top_k), ignore=config.ignore_rule,
+                                                                       answer.sources_for(key).with_(k=config.top_k), ignore=config.ignore_rule,
                                                                        schema=schema)
             retriever = pipeline.retriever(conn, schema, partitions.embedder(key), params)
             cal = None

@@ -19,7 +19,7 @@ from retrieval_assets.corpus import datasets
 from retrieval_assets.evaluation import benchmark
 from retrieval_assets.defs.partitions import embedders
 from retrieval_assets.defs.resources import PostgresResource
-from retrieval_assets.params import DEFAULT
+from retrieval_assets.params import default_for
 
 
 class CranfieldConfig(dg.Config):
@@ -62,7 +62,7 @@ def cranfield_report(context: dg.AssetExecutionContext, config: CranfieldConfig,
         index_s = time.perf_counter() - start
         context.log.info(f"indexed {len(chunks)} chunks into {schema} in {index_s:.1f} s ({report.embedded} embedded)")
         rankers.update(benchmark.our_rankers(conn, schema, embedder, chunks, params=params, depth=config.depth))
-        rankers["default pipeline"] = benchmark.params_ranker(conn, schema, embedder, chunks, DEFAULT.with_(k=config.n, n=config.n),
+        rankers["default pipeline"] = benchmark.params_ranker(conn, schema, embedder, chunks, default_for(key).with_(k=config.n, n=config.n),
                                                                    depth=config.depth)
         scores = benchmark.evaluate_rankers(bench, rankers, k=config.k, depth=config.depth, progress=context.log.info)
 

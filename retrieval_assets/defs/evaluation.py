@@ -22,20 +22,22 @@ CALIBRATED = "calibrated"  # the corpus's own retrieval rule (retrieval_rule ass
 
 
 class EvalConfig(dg.Config):
-    """The default pipeline's parameters (overrides of ``params.DEFAULT``) and the named pipelines evaluated beside it."""
+    """The default pipeline's parameters and the named pipelines evaluated beside it. A rule field left None is the
+    partition's default (``params.default_for``: ``params.DEFAULT``, or the embedder's own); a value overrides it."""
 
     k: int = DEFAULT.k
     n: int = DEFAULT.n
-    fusion: str = DEFAULT.fusion  # rrf, minmax or zscore
-    vector_weight: float = DEFAULT.weights[0]  # fusion weight of the vector list, within [0, 1]
-    lexical_weight: float = DEFAULT.weights[1]  # fusion weight of the lexical list, within [0, 1]
-    lexical: str = DEFAULT.lexical  # ts_rank_cd or bm25
-    evidence_shift: float = DEFAULT.evidence_shift  # share of the lexical weight moved to the vector list as its evidence is weak
-    rerank_weight: float = DEFAULT.rerank_weight  # the reranker's share of the rerank score, within [0, 1]
-    rerank_fusion: str = DEFAULT.rerank_fusion  # minmax (scores) or rrf (ranks)
-    rerank_idf: str = DEFAULT.rerank_idf  # pool or corpus
-    doc_weight: float = DEFAULT.doc_weight  # document evidence after the rerank, within [0, 1]; 0: none
-    mmr_lambda: float | None = DEFAULT.mmr_lambda  # None: no MMR
+    fusion: str | None = None  # rrf, minmax or zscore
+    vector_weight: float | None = None  # fusion weight of the vector list, within [0, 1]
+    lexical_weight: float | None = None  # fusion weight of the lexical list, within [0, 1]
+    lexical: str | None = None  # ts_rank_cd or bm25
+    evidence_shift: float | None = None  # share of the lexical weight moved to the vector list as its evidence is weak
+    rerank: bool | None = None  # the rerank stage (False: the fused list goes on as it is)
+    rerank_weight: float | None = None  # the reranker's share of the rerank score, within [0, 1]
+    rerank_fusion: str | None = None  # minmax (scores) or rrf (ranks)
+    rerank_idf: str | None = None  # pool or corpus
+    doc_weight: float | None = None  # document evidence after the rerank, within [0, 1]; 0: none
+    mmr_lambda: float | None = DEFAULT.mmr_lambda  # None: no MMR (every partition's default has none)
     prf_docs: int = DEFAULT.prf_docs  # pseudo-relevance feedback from the first search's top chunks; 0: none
     prf_terms: int = DEFAULT.prf_terms  # RM3 expansion terms kept
     prf_weight: float = DEFAULT.prf_weight  # RM3's share of the expanded query, within [0, 1]
@@ -45,6 +47,16 @@ class EvalConfig(dg.Config):
     min_recall: float | None = None  # None: the partition's measured floor (fixture corpus only)
     min_mrr: float | None = None
     min_ndcg: float | None = None
+
+
+def default_pipeline(config: EvalConfig, partition: str) -> params.RetrievalParams:
+    """The partition's default (``params.default_for``) with the config's values; ``ValueError`` naming a bad one."""
+    base = params.default_for(partition)
+    given = {name: value for name, value in config.model_dump().items()
+             if name in params.FIELD_NAMES and (value is not None or name == "mmr_lambda")}  # mmr_lambda None: no MMR
+    weights = (base.weights[0] if config.vector_weight is None else config.vector_weight,
+               base.weights[1] if config.lexical_weight is None else config.lexical_weight)
+    return base.with_(weights=weights, **given)
 
 
 def _corpus_hash(chunks: list[Chunk]) -> str:
@@ -111,9 +123,10 @@ def _floors(config: EvalConfig, partition: str, corpus: Corpus) -> dict[str, flo
 
 
 def _calibrated(conn, postgres: PostgresResource, corpus: Corpus, partition: str, config: EvalConfig) -> tuple:
-    """The corpus's stored own rule at the config's k and n (None: none stored, or params.DEFAULT kept), and metadata saying
+    """The corpus's stored own rule at the config's k and n (None: none stored, or the partition's default kept), and metadata saying
     which (``retrieval_rule.in_force``'s line, its stale note included)."""
-    found = retrieval_rule.in_force(conn, postgres.history_schema, corpus.name, partition, DEFAULT.with_(k=config.k, n=config.n),
+    found = retrieval_rule.in_force(conn, postgres.history_schema, corpus.name, partition,
+                                    params.default_for(partition).with_(k=config.k, n=config.n),
                                     schema=postgres.schema(partition, corpus=corpus.name))
     if found.params is None:
         return None, {"calibrated_rule": found.line}
@@ -121,7 +134,7 @@ def _calibrated(conn, postgres: PostgresResource, corpus: Corpus, partition: str
     return found.params, {
         "calibrated_rule": found.line,
         "calibrated_rule/note": f"the {CALIBRATED}/* figures are in-sample: the rule was fitted on these {rule.queries} golden queries. "
-        f"Held out (inner {retrieval_rule.FOLDS}-fold CV within them): own rule {rule.held_out:.3f} against params.DEFAULT's "
+        f"Held out (inner {retrieval_rule.FOLDS}-fold CV within them): own rule {rule.held_out:.3f} against {params.default_name(partition)}'s "
         f"{rule.default_ndcg:.3f}, paired difference {rule.difference:+.3f} [{rule.interval[0]:+.3f}, {rule.interval[1]:+.3f}]"}
 
 
@@ -136,10 +149,10 @@ def evaluation_assets(corpus: Corpus) -> list[dg.AssetsDefinition]:
         deps=[key(corpus, "chunk_index"), key(corpus, "retrieval_rule")],
         ins=ins(corpus, 'golden_queries', 'chunks', 'documents'),
         code_version=EVAL_VERSION,
-        description="Golden-set evaluation of the default pipeline (params.DEFAULT, chosen by cross-validation: "
-        "benchmarks/results/quality.md) and of the named pipelines in config.compare (the seed's by default), each at its "
-        "stages hybrid, rerank and mmr (the final list), and the corpus's calibrated rule (retrieval_rule) when it replaced "
-        "params.DEFAULT: its figures are in-sample, its held-out ones in calibrated_rule/note; appended to the eval_runs history. "
+        description="Golden-set evaluation of the embedder's default pipeline (params.default_for: params.DEFAULT, or the "
+        "embedder's own; chosen by cross-validation, docs/quality.md) and of the named pipelines in config.compare (the seed's by "
+        "default), each at its stages hybrid, rerank and mmr (the final list), and the corpus's calibrated rule (retrieval_rule) "
+        "when it replaced the default: its figures are in-sample, its held-out ones in calibrated_rule/note; appended to the eval_runs history. "
         "Headline metadata: the default pipeline's final list.",
         check_specs=[
             dg.AssetCheckSpec("quality_floors", asset=this, blocking=True, partitions_def=embedders,
@@ -162,8 +175,7 @@ def evaluation_assets(corpus: Corpus) -> list[dg.AssetsDefinition]:
             yield dg.AssetCheckResult(check_name="no_regression", passed=True, metadata={"reason": status})
             return
         try:
-            fields = {name: value for name, value in config.model_dump().items() if name in params.FIELD_NAMES}  # mmr_lambda None: no MMR
-            variants = {"default": DEFAULT.with_(weights=(config.vector_weight, config.lexical_weight), **fields)}
+            variants = {"default": default_pipeline(config, partition)}
             variants.update({name: params.named(name).with_(k=config.k, n=config.n) for name in config.compare if name != "default"})
         except ValueError as exc:
             raise dg.Failure(description=f"eval_run config: {exc}") from None

@@ -1,4 +1,4 @@
-"""The corpus's retrieval rule per embedder: ``params.DEFAULT``, or the rule its own golden queries earn
+"""The corpus's retrieval rule per embedder: its default (``params.default_for``), or the rule its own golden queries earn
 (``evaluation.retrieval_rule``), stored for eval_run, answers and the command line's search and answer."""
 
 import dagster as dg
@@ -39,10 +39,10 @@ def retrieval_rule_assets(corpus: Corpus) -> list[dg.AssetsDefinition]:
         deps=[key(corpus, "chunk_index")],
         ins=ins(corpus, "golden_queries", "chunks"),
         description="The retrieval rule of this corpus and embedder: the staged rule (fusion, BM25 rerank, MMR) fitted on the "
-        f"corpus's golden queries against the index replaces params.DEFAULT only when {retrieval_rule.FOLDS}-fold cross-validation "
+        f"corpus's golden queries against the index replaces the embedder's default (params.default_for) only when {retrieval_rule.FOLDS}-fold cross-validation "
         "within those queries puts the 95% interval of the paired held-out nDCG@10 difference above 0 (crossval.calibrated); with "
-        f"fewer than {retrieval_rule.MIN_QUERIES} golden queries, or no golden.yaml, params.DEFAULT untried. Stored in the history "
-        "schema's retrieval_rules table: eval_run evaluates it beside params.DEFAULT, answers and the command line's search and "
+        f"fewer than {retrieval_rule.MIN_QUERIES} golden queries, or no golden.yaml, the default untried. Stored in the history "
+        "schema's retrieval_rules table: eval_run evaluates it beside the default, answers and the command line's search and "
         "answer use it. A stored rule fitted on the same index version and golden queries is reused (the fit is deterministic).",
     )
     def retrieval_rule_asset(context: dg.AssetExecutionContext, config: RuleConfig, postgres: PostgresResource,

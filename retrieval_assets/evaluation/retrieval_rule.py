@@ -1,8 +1,9 @@
-"""A corpus's retrieval rule: ``params.DEFAULT``, or the rule fitted on the corpus's own judged queries where it earns it.
+"""A corpus's retrieval rule: the embedder's default (``params.default_for``), or the rule fitted on the corpus's own judged
+queries where it earns it.
 
 Contract: ``fit(conn, schema, embedder, chunks, golden, corpus, key)`` scores the staged rule's candidates
 (``staged_rule.NO_FEEDBACK``) on the golden queries against the index in ``schema`` and runs
-``crossval.calibrated``: the corpus's own rule replaces ``params.DEFAULT`` only when 5-fold cross-validation within
+``crossval.calibrated``: the corpus's own rule replaces the embedder's default only when 5-fold cross-validation within
 its queries puts the 95% interval of the paired held-out nDCG@10 difference above 0; with fewer than
 ``MIN_QUERIES`` queries (or none: no golden.yaml) the rule is the default, untried, and ``Rule.reason`` says so.
 ``store`` keeps one rule per (corpus, embedder partition) in the history schema's ``retrieval_rules`` table (launches
@@ -30,7 +31,7 @@ from psycopg.types.json import Jsonb
 
 from retrieval_assets.corpus.golden import relevant_sets
 from retrieval_assets.evaluation import crossval, staged_rule
-from retrieval_assets.params import DEFAULT, SEED, RetrievalParams
+from retrieval_assets.params import SEED, RetrievalParams, default_for, default_name
 from retrieval_assets.partitions import RULES
 from retrieval_assets.search import pipeline, snapshot
 from retrieval_assets.types import Chunk, GoldenQuery
@@ -47,13 +48,13 @@ class Rule:
 
     corpus: str
     partition: str
-    params: RetrievalParams  # the chosen rule (params.DEFAULT when kept)
+    params: RetrievalParams  # the chosen rule (the embedder's default, params.default_for, when kept)
     kept_default: bool
     queries: int  # judged queries it was calibrated on
     reason: str
     schema: str  # the index it was fitted against
     held_out: float | None = None  # inner CV: the own rule's nDCG@10, each query scored by a rule fitted without it
-    default_ndcg: float | None = None  # params.DEFAULT's nDCG@10 on the same queries
+    default_ndcg: float | None = None  # the embedder's default's nDCG@10 on the same queries
     difference: float | None = None  # held_out - default_ndcg, paired ...
     interval: tuple[float, float] | None = None  # ... and its 95% bootstrap interval
     in_sample: float | None = None  # the chosen rule's nDCG@10 on every query it was fitted on (in-sample for an own rule)
@@ -75,7 +76,7 @@ class Rule:
 
     def summary(self) -> str:
         """One line: which rule, and why."""
-        which = "params.DEFAULT kept" if self.kept_default else f"own rule {self.description}"
+        which = f"{default_name(self.partition)} kept" if self.kept_default else f"own rule {self.description}"
         cv = "" if self.difference is None else (f"; held out (inner {FOLDS}-fold CV) own rule {self.held_out:.3f} against the default's "
                                                  f"{self.default_ndcg:.3f}, paired difference {self.difference:+.3f} "
                                                  f"[{self.interval[0]:+.3f}, {self.interval[1]:+.3f}]")
@@ -83,8 +84,8 @@ class Rule:
 
 
 def fingerprint(conn: psycopg.Connection, schema: str, golden: Sequence[GoldenQuery], key: str) -> str:
-    """What a fit depends on: the index's version, the golden queries, params.DEFAULT, the candidates and the folds."""
-    parts = [VERSION, key, schema, list(pipeline.index_version(conn, schema)), [asdict(q) for q in golden], repr(DEFAULT),
+    """What a fit depends on: the index's version, the golden queries, the embedder's default, the candidates and the folds."""
+    parts = [VERSION, key, schema, list(pipeline.index_version(conn, schema)), [asdict(q) for q in golden], repr(default_for(key)),
              [stage(crossval.config()) for stage in staged_rule.NO_FEEDBACK], FOLDS, MIN_QUERIES]
     return hashlib.sha256(json.dumps(parts, default=str).encode()).hexdigest()
 
@@ -99,19 +100,19 @@ def fit(conn: psycopg.Connection, schema: str, embedder, chunks: Sequence[Chunk]
         key: str, *, fp: str | None = None) -> Rule:
     """The corpus's rule on the index in ``schema`` (see the contract); ``chunks``: the indexed chunks (the rerank's corpus idf);
     ``fp``: these inputs' ``fingerprint`` when the caller has it already."""
-    fp, now = fp or fingerprint(conn, schema, golden, key), content(conn, schema)
+    fp, now, default = fp or fingerprint(conn, schema, golden, key), content(conn, schema), default_for(key)
     if not golden:
-        return Rule(corpus, key, DEFAULT, True, 0, "no judged queries (no golden.yaml, or an empty one): the default, untried", schema,
+        return Rule(corpus, key, default, True, 0, "no judged queries (no golden.yaml, or an empty one): the default, untried", schema,
                     fingerprint=fp, content=now)
     rel = relevant_sets(conn, schema, golden)
-    scorer = staged_rule.Scorer(conn, schema, embedder, chunks, [q.query for q in golden], [rel[q.query_id] for q in golden], DEFAULT,
+    scorer = staged_rule.Scorer(conn, schema, embedder, chunks, [q.query for q in golden], [rel[q.query_id] for q in golden], default,
                                 search=pipeline.retriever(conn, schema, embedder, SEED))  # its vector search; the scorer brings its rerankers
     setting = crossval.Setting(corpus, key, scorer.ndcg)
     with snapshot.search(conn):  # every run reads this one snapshot, and joins its transaction instead of opening its own
-        found = crossval.calibrated(setting, staged_rule.NO_FEEDBACK, staged_rule.config_of(DEFAULT), np.arange(len(golden)), k=FOLDS,
+        found = crossval.calibrated(setting, staged_rule.NO_FEEDBACK, staged_rule.config_of(default), np.arange(len(golden)), k=FOLDS,
                                     min_queries=MIN_QUERIES)
         in_sample = float(setting.score(found.choice).mean())
-    params = staged_rule.params_of(found.choice, DEFAULT)
+    params = staged_rule.params_of(found.choice, default)
     if found.difference is None:
         return Rule(corpus, key, params, found.kept_default, found.queries, found.reason, schema, in_sample=in_sample, fingerprint=fp,
                     content=now)
@@ -178,29 +179,30 @@ class InForce:
     stale: bool = False  # fitted on the index in the caller's schema before a later sync changed it
 
 
-def in_force(conn: psycopg.Connection, history: str, corpus: str, key: str, base: RetrievalParams = DEFAULT, *,
+def in_force(conn: psycopg.Connection, history: str, corpus: str, key: str, base: RetrievalParams | None = None, *,
              schema: str = "") -> InForce:
-    """The rule stored for ``corpus`` and partition ``key`` over ``base``; a rule fitted on the index in ``schema`` whose
+    """The rule stored for ``corpus`` and partition ``key`` over ``base`` (None: the partition's default); a rule fitted on the index in ``schema`` whose
     content a later sync changed is still in force, and its line says so."""
     found = stored(conn, history, corpus, key)
     if found is None:
-        return InForce(None, None, f"params.DEFAULT (no calibrated rule stored for corpus {corpus}, embedder {key}: "
+        return InForce(None, None, f"{default_name(key)} (no calibrated rule stored for corpus {corpus}, embedder {key}: "
                                    f"the retrieval_rule asset or python -m retrieval_assets calibrate makes one)")
     rule, when = found
     if rule.kept_default:
-        return InForce(rule, None, f"params.DEFAULT, kept by the calibration of {when} UTC ({rule.reason})")
+        return InForce(rule, None, f"{default_name(key)}, kept by the calibration of {when} UTC ({rule.reason})")
     stale = bool(schema == rule.schema and rule.content and rule.content != content(conn, schema))
-    return InForce(rule, applied(rule, base), f"corpus {corpus}'s calibrated rule of {when} UTC, {rule.description} (held out "
-                                              f"within its {rule.queries} queries: {rule.difference:+.3f} nDCG@10 over params.DEFAULT)"
+    return InForce(rule, applied(rule, base or default_for(key)), f"corpus {corpus}'s calibrated rule of {when} UTC, {rule.description} (held out "
+                                              f"within its {rule.queries} queries: {rule.difference:+.3f} nDCG@10 over {default_name(key)})"
                    + ("; fitted before the index last changed: the retrieval_rule asset or calibrate fits it again" if stale else ""),
                    stale)
 
 
-def for_search(conn: psycopg.Connection, history: str, corpus: str, key: str, base: RetrievalParams = DEFAULT, *,
+def for_search(conn: psycopg.Connection, history: str, corpus: str, key: str, base: RetrievalParams | None = None, *,
                ignore: bool = False, schema: str = "") -> tuple[RetrievalParams, str]:
     """The parameters a search of ``corpus`` with partition ``key`` runs with (``in_force``, or ``base`` when told to
-    ``ignore`` the stored rule), and one line saying which rule they are."""
+    ``ignore`` the stored rule; None: the partition's default), and one line saying which rule they are."""
+    base = base or default_for(key)
     if ignore:
-        return base, "retrieval rule: params.DEFAULT (a stored calibrated rule, if any, ignored)"
+        return base, f"retrieval rule: {default_name(key)} (a stored calibrated rule, if any, ignored)"
     found = in_force(conn, history, corpus, key, base, schema=schema)
     return found.params or base, f"retrieval rule: {found.line}"
