@@ -88,8 +88,8 @@ def _bge_small_missing() -> str | None:
 class Partition:
     key: str
     make_embedder: Callable[[], Embedder]
-    # The full default pipeline's numbers on the fixture corpus (measured 2026-12-03: hash 0.865 /
-    # 0.694 / 0.731, minilm 0.896 / 0.717 / 0.761; 2026-12-06: mpnet 0.896 / 0.724 / 0.768), rounded
+    # The partition's default pipeline's (params.default_for) numbers on the fixture corpus (measured 2026-12-03: hash
+    # 0.865 / 0.694 / 0.731, minilm 0.896 / 0.717 / 0.761; 2026-12-06: mpnet under its own 0.896 / 0.730 / 0.771), rounded
     # down to 0.05 (fixtures/corpus/README.md);
     # a partition without measured floors has none.
     floors: Mapping[str, float] = field(default_factory=dict)

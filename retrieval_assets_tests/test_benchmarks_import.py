@@ -77,3 +77,15 @@ def test_an_unknown_benchmark_is_one_line_and_exit_2():
     assert done.stdout == ""
     lines = done.stderr.splitlines()
     assert len(lines) == 1 and "unknown benchmark 'no_such_benchmark'" in lines[0] and "bench_search" in lines[0]
+
+
+@pytest.mark.parametrize(("sources", "message"), [
+    ("nope=1", "unknown retrieval parameter(s): nope"),
+    ("weights=[0.4,0.6,0.1]", "weights must be two numbers within [0, 1]"),  # a list's commas stay inside its value
+    ("doc_weight", "doc_weight"),
+])
+def test_answer_supports_bad_sources_are_one_usage_line_and_exit_2(sources, message):
+    done = _benchmarks("answer_support", "--sources", sources)
+    assert done.returncode == 2 and done.stdout == ""
+    last = done.stderr.splitlines()[-1]
+    assert last.startswith(f"python -m benchmarks answer_support: error: --sources {sources}: ") and message in last

@@ -28,6 +28,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -195,7 +196,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     keys = args.embedders.split(",")
     try:
-        changes = {k: yaml.safe_load(v) for k, v in (pair.split("=", 1) for pair in args.sources.split(",") if pair)}
+        pairs = re.split(r",(?![^\[]*\])", args.sources)  # a comma inside [...] belongs to a list: weights=[0.4,0.6]
+        changes = {k: yaml.safe_load(v) for k, v in (pair.split("=", 1) for pair in pairs if pair)}
         sources = {key: answer.sources_for(key).with_(**changes) for key in keys}
     except ValueError as exc:  # an unknown field, a bad value, or a pair without '='
         parser.error(f"--sources {args.sources}: {exc}")
