@@ -127,6 +127,9 @@ def golden_as_is(scorer: Scorer, conceptual: np.ndarray, doc: dict[str, str]) ->
             f"{scorer.ndcg(plain).mean():.3f}; by document (a document at its best chunk) {by_doc[0]:.3f} without the rerank, {by_doc[1]:.3f} with it")
 
 
+DEFAULT_EMBEDDERS = ["hash", "minilm"]  # the rule params.DEFAULT came from is fitted jointly on these
+
+
 def scored(conn, data: str, keys: list[str], splade: SpladeEncoder | None, log):
     """Cranfield (``data``) and the golden set indexed with each partition in ``keys`` (a re-run embeds nothing): the bm25s
     peer's per-query nDCG@10 and recall@100 on Cranfield, the fixture's chunks, the golden set and a ``Scorer`` per (dataset, key)."""
@@ -158,7 +161,7 @@ def scored(conn, data: str, keys: list[str], splade: SpladeEncoder | None, log):
 def main(argv: list[str] | None = None) -> int:
     parser = common.parser(__doc__)
     parser.add_argument("--data", default=str(datasets.DEFAULT_CRANFIELD))
-    parser.add_argument("--embedders", nargs="+", default=["hash", "minilm"], help="partitions the default rule is fitted on")
+    parser.add_argument("--embedders", nargs="+", default=DEFAULT_EMBEDDERS, help="partitions the default rule is fitted on")
     parser.add_argument("--candidates", nargs="*", default=[], help="partitions or wheel models (index.wheel_models) scored held "
                         "out under the default rule's fold choices and under their own rule; never part of a fit")
     parser.add_argument("--cranfield-folds", type=int, default=5)
@@ -318,6 +321,7 @@ def main(argv: list[str] | None = None) -> int:
         f"Measured {dt.datetime.now(dt.timezone.utc):%Y-%m-%d %H:%M} UTC on {common.host_line()}; total run "
         f"{time.perf_counter() - started:.0f} s; code {common.code_version()}.",
         f"Reproduce: `uv run python -m benchmarks quality{' --no-feedback' * args.no_feedback}{' --no-sparse' * args.no_sparse}"
+        f"{'' if args.embedders == DEFAULT_EMBEDDERS else ' --embedders ' + ' '.join(args.embedders)}"
         f"{''.join(' --candidates ' + ' '.join(args.candidates) for _ in args.candidates[:1])}`.",
         "",
         *([f"Candidates (`--candidates`, never part of a fit): {', '.join(args.candidates)}; their `default rule` rows use each "
