@@ -3,6 +3,7 @@
 import hashlib
 
 import dagster as dg
+from pydantic import Field
 
 from retrieval_assets import params, partitions
 
@@ -21,22 +22,27 @@ HEADLINE = {"recall@k": "recall_at_k", "mrr": "mrr", "ndcg@k": "ndcg_at_k"}
 CALIBRATED = "calibrated"  # the corpus's own retrieval rule (retrieval_rule asset), recorded as calibrated:<stage>
 
 
+def _rule(what: str):
+    """A rule field of ``EvalConfig``: unset (None) is the partition's default, and the launchpad says so."""
+    return Field(default=None, description=f"{what}; unset: the embedder's default pipeline (params.default_for)")
+
+
 class EvalConfig(dg.Config):
     """The default pipeline's parameters and the named pipelines evaluated beside it. A rule field left None is the
     partition's default (``params.default_for``: ``params.DEFAULT``, or the embedder's own); a value overrides it."""
 
     k: int = DEFAULT.k
     n: int = DEFAULT.n
-    fusion: str | None = None  # rrf, minmax or zscore
-    vector_weight: float | None = None  # fusion weight of the vector list, within [0, 1]
-    lexical_weight: float | None = None  # fusion weight of the lexical list, within [0, 1]
-    lexical: str | None = None  # ts_rank_cd or bm25
-    evidence_shift: float | None = None  # share of the lexical weight moved to the vector list as its evidence is weak
-    rerank: bool | None = None  # the rerank stage (False: the fused list goes on as it is)
-    rerank_weight: float | None = None  # the reranker's share of the rerank score, within [0, 1]
-    rerank_fusion: str | None = None  # minmax (scores) or rrf (ranks)
-    rerank_idf: str | None = None  # pool or corpus
-    doc_weight: float | None = None  # document evidence after the rerank, within [0, 1]; 0: none
+    fusion: str | None = _rule("rrf, minmax or zscore")
+    vector_weight: float | None = _rule("fusion weight of the vector list, within [0, 1]")
+    lexical_weight: float | None = _rule("fusion weight of the lexical list, within [0, 1]")
+    lexical: str | None = _rule("the lexical list: ts_rank_cd or bm25")
+    evidence_shift: float | None = _rule("share of the lexical weight moved to the vector list as its evidence is weak, within [0, 1]")
+    rerank: bool | None = _rule("the rerank stage (false: the fused list goes on as it is)")
+    rerank_weight: float | None = _rule("the reranker's share of the rerank score, within [0, 1]")
+    rerank_fusion: str | None = _rule("minmax (scores) or rrf (ranks)")
+    rerank_idf: str | None = _rule("pool or corpus")
+    doc_weight: float | None = _rule("document evidence after the rerank, within [0, 1]; 0: none")
     mmr_lambda: float | None = DEFAULT.mmr_lambda  # None: no MMR (every partition's default has none)
     prf_docs: int = DEFAULT.prf_docs  # pseudo-relevance feedback from the first search's top chunks; 0: none
     prf_terms: int = DEFAULT.prf_terms  # RM3 expansion terms kept
