@@ -239,7 +239,7 @@ def main(argv: list[str] | None = None) -> int:
             + "\n".join(lines) + "\n")
     common.write_report(text, args.out)
     if args.write_default:
-        l2, thr = choose(pooled) if len(args.embedders.split(",")) > 1 else (defaults[key]["l2"], defaults[key]["threshold"])
+        l2, thr = choose(pooled) if len(keys) > 1 else (defaults[keys[0]]["l2"], defaults[keys[0]]["threshold"])
         defaults["*"] = fit_on(pooled, l2, thr).as_dict() | {"l2": l2}
         calibration.DEFAULTS.write_text(json.dumps({"corpora": list(corpora), "command": "python -m benchmarks answer_support --write-default",
                                                     "models": defaults}, indent=1) + "\n")
