@@ -326,6 +326,29 @@ def test_extractive_quotes_one_sentence_of_each_source_with_the_strongest_claim(
     assert answer.extractive_answer("zeppelin quagga", PUSH, floor=0.0).faithfulness.refused  # no sentence shares a content word
 
 
+
+RESTORE = [chunk(1, "Merges combine the changes of two branches, and uncommitted changes in the working tree can block a merge."),
+           chunk(2, "### Fixing mistakes\n\nIf you have messed up the working tree but not yet committed, you can return the "
+                    "entire working tree to the last committed state with\n\n```\n$ git restore --staged --worktree :/\n```\n\n"
+                    "Keep the index and the tree apart, and\n\n```\n$ git status\n```\n")]
+
+
+def test_a_sentence_that_introduces_a_command_is_read_with_it():
+    lead = ("If you have messed up the working tree but not yet committed, you can return the entire working tree to the last "
+            "committed state with")
+    # a paragraph's last sentence with no mark before a code block is a sentence, and it says the command too; one cut off
+    # mid-clause ("..., and") is none
+    assert answer.prose.passages(RESTORE[1].text) == [(lead, f"{lead}\n$ git restore --staged --worktree :/\n")]
+    # the question's words are in the command only: the lead-in is scored with them, so its source answers
+    question = "What does restore --staged --worktree do?"
+    assert answer.extractive_answer(question, RESTORE, scores=[9.0, 4.0], floor=0.0, stats=STATS).text == f"{lead} [2]"
+    # the type a question asks for must be in the sentence the reader sees, not only in the code after it
+    typed = "Which command runs restore with --staged and --worktree?"
+    assert answer.extractive_answer(typed, RESTORE, scores=[9.0, 4.0], floor=0.0, stats=STATS).faithfulness.refused
+    assert not answer.extractive_answer(typed, RESTORE, scores=[9.0, 4.0], floor=0.0, stats=STATS,
+                                        picking=dataclasses.replace(answer.PICKING, asked=False)).faithfulness.refused
+
+
 SIGNING = [chunk(1, "To rotate the signing key, run the keys rotate command and restart the server."),
            chunk(2, "Each key in the store has a name and a creation date."),
            chunk(3, "The signing service reads its configuration when it starts.")]

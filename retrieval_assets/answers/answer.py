@@ -147,7 +147,8 @@ PICKING = Picking((1.0, 2.0, 0.0), sources=3, keep=0.5, claim=0.5, unknown=0.45,
 
 @dataclass(frozen=True)
 class SentenceTable:
-    """The candidate sentences of a question's sources: (sentence, source number), each one's BM25 (``_sentence_scores``)
+    """The candidate sentences of a question's sources: (sentence, source number), each one's BM25 (``_sentence_scores``, over
+    what it says: ``prose.passages``)
     and each source's claim features (rows: sources; columns: 1/rank, idf coverage, score over the best score)."""
 
     candidates: list[tuple[str, int]]
@@ -166,14 +167,16 @@ def sentence_table(query: str, chunks: Sequence[Chunk], scores: Sequence[float] 
     """The table ``pick`` reads; idf from the corpus's ``stats``, else over the sources themselves."""
     citations = tuple(c.chunk_id for c in chunks)
     candidates: list[tuple[str, int]] = []
+    says: list[str] = []  # what each candidate says: itself, and the code block or table it introduces (prose.passages)
     seen: set[str] = set()
     for n, c in enumerate(chunks, 1):
-        for sentence in prose.sentences(c.text):
+        for sentence, passage in prose.passages(c.text):
             key = " ".join(sentence.split()).casefold()
             if key in seen or check(f"{sentence} [{n}]", citations) != Faithfulness((n,), 0, False):
                 continue  # overlap repeats a sentence; or it would not check as one cited sentence
             seen.add(key)
             candidates.append((sentence, n))
+            says.append(passage)
     counts = [support.stems(f"{c.text} {c.heading_path}") for c in chunks]
     corpus = stats is not None
     if stats is None:
@@ -183,10 +186,10 @@ def sentence_table(query: str, chunks: Sequence[Chunk], scores: Sequence[float] 
     claims = np.array([[1 / n, support.idf_share(idf, tf), max(scores[n - 1], 0.0) / best if best > 0 else 0.0]
                        for n, tf in enumerate(counts, 1)], dtype=float).reshape(-1, 3)
     focus, unknown = support.focus(idf, stats)
-    terms = [{t: v for t, v in focus.items() if held[t]} for held in (support.stems(s) for s, _ in candidates)]
+    terms = [{t: v for t, v in focus.items() if held[t]} for held in map(support.stems, says)]
     unknown = unknown if corpus else 0.0
-    return SentenceTable(candidates, _sentence_scores(query, [s for s, _ in candidates]), claims, terms, unknown,
-                         asked.expected(query), [asked.carries(s) for s, _ in candidates])
+    return SentenceTable(candidates, _sentence_scores(query, says), claims, terms, unknown, asked.expected(query),
+                         [asked.carries(s) for s, _ in candidates])  # the type asked for: in the sentence a reader sees
 
 
 def pick(table: SentenceTable, picking: Picking = PICKING) -> list[int]:
