@@ -420,8 +420,15 @@ def test_extractive_answers_any_text_in_sentences_or_refuses(question, texts, we
 def test_extractive_on_empty_and_huge_questions():
     assert answer.extractive_answer("", PUSH, floor=0.0).faithfulness.refused
     assert answer.extractive_answer("", [], floor=0.0).faithfulness.refused
-    huge = answer.extractive_answer("push rejected " * 20_000 + "ფარი 中文", PUSH, floor=0.0, stats=STATS)
+    huge = answer.extractive_answer("push rejected " * 20_000, PUSH, floor=0.0, stats=STATS)
     assert huge.faithfulness.cited and huge.faithfulness.uncited_claims == 0
+    # none of its words is in STATS (all weigh as words one chunk holds); the two in other scripts are half the question's
+    # idf mass and the quoted sentence holds the other half: under answer.PICKING (quoted 0.6) the focus rule refuses, and
+    # with quoted 0 that sentence is cited
+    mixed = "push rejected " * 20_000 + "ფარი 中文"
+    assert answer.extractive_answer(mixed, PUSH, floor=0.0, stats=STATS).faithfulness.refused
+    unfocused = answer.extractive_answer(mixed, PUSH, floor=0.0, stats=STATS, picking=dataclasses.replace(answer.PICKING, quoted=0.0))
+    assert huge.text in unfocused.text and unfocused.faithfulness.uncited_claims == 0
 
 
 # --- the calibration asset on the fixture (in test_answer's schemas: its ``resource`` fixture) -----------------------------

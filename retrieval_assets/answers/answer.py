@@ -142,7 +142,7 @@ class Picking:
 # cite a relevant source for at most one question fewer than the best setting, on each corpus and embedder (docs/answers.md);
 # then the focus rule and the answer-type check that refuse the most of the corpora's on-topic unanswerable questions
 # without citing a relevant source for fewer answerable ones (choose_focus; every held-out fold takes the check).
-PICKING = Picking((1.0, 2.0, 0.0), sources=3, keep=0.5, claim=0.5, unknown=0.45, quoted=0.5, asked=True)
+PICKING = Picking((1.0, 2.0, 0.0), sources=3, keep=0.5, claim=0.5, unknown=0.45, quoted=0.6, asked=True)
 
 
 @dataclass(frozen=True)
