@@ -19,6 +19,12 @@ _FENCE = re.compile(r"^\s*(`{3,}|~{3,})")
 _HEADING = re.compile(r"^\s{0,3}#{1,6}\s")
 _ITEM = re.compile(r"^\s*(?:[-*+]|\d+[.)])\s+")
 _QUOTE = re.compile(r"^\s*>\s?")
+# A MyST directive ("```{note}", "````{tab} Linux", ":::{warning}") holds Markdown, unless it is one of code or data
+_DIRECTIVE = re.compile(r"^\s*(`{3,}|~{3,}|:{3,})\{([\w:-]+)\}")
+_VERBATIM = {"code", "code-block", "code-cell", "sourcecode", "literalinclude", "math", "raw", "toctree", "mermaid", "graphviz",
+             "csv-table", "list-table", "include", "image", "figure", "eval-rst"}
+_DIRECTIVE_FENCE = re.compile(r"^\s*(:{3,})")
+_OPTION = re.compile(r"^\s*:[\w-]+:(\s|$)")  # a directive's option line (":class: tip")
 
 
 def _prose_blocks(text: str) -> list[tuple[str, str, str]]:
@@ -41,17 +47,33 @@ def _prose_blocks(text: str) -> list[tuple[str, str, str]]:
         if listing and last is not None:
             last[1] = listing
 
+    containers: list[str] = []  # the fences of the MyST directives open around this line
+
     for line in text.splitlines():
         opening = _FENCE.match(line)
         if fence is not None:
-            if opening and opening.group(1)[0] == fence[0] and len(opening.group(1)) >= len(fence):
+            closing = _FENCE.match(line) or _DIRECTIVE_FENCE.match(line)
+            if closing and closing.group(1)[0] == fence[0] and len(closing.group(1)) >= len(fence):
                 fence = None
             elif into is not None:
                 into[2] += line.strip() + "\n"
             continue
-        if opening:
+        directive = _DIRECTIVE.match(line)
+        if directive and directive.group(2).casefold() not in _VERBATIM:
+            end_block()
+            containers.append(directive.group(1))
+            into = last = None
+            continue
+        if containers and line.strip() and set(line.strip()) == {containers[-1][0]} and len(line.strip()) >= len(containers[-1]):
+            end_block()
+            containers.pop()
+            into = last = None
+            continue
+        if containers and _OPTION.match(line):
+            continue
+        if opening or directive:
             end_block(listing="code")
-            fence, into, last = opening.group(1), last, None
+            fence, into, last = (opening or directive).group(1), last, None
             continue
         line = _QUOTE.sub("", line)
         if not line.strip():
