@@ -352,10 +352,12 @@ def test_a_sentence_that_introduces_a_command_is_read_with_it():
 
 def test_myst_directives_hold_prose_and_code_directives_do_not():
     """Sphinx projects write Markdown with MyST directives (pip's own user guide): a note, a tab or a colon-fenced
-    warning holds prose the answerer may quote; a code directive does not, and an option line is no sentence."""
+    warning holds prose the answerer may quote; a code directive or one it does not know (pip's {pip-cli}) does not,
+    and an option line is no sentence."""
     text = ("## Default paths\n\n````{tab} Linux\n```\n~/.cache/pip\n```\n\npip will also respect the cache home variable.\n````\n\n"
             "```{note}\n:class: tip\nThe cache is safe to delete at any time.\n```\n\n:::{warning}\nDeleting it slows the next install down.\n:::\n\n"
-            ":::{code-block} shell\nrm -rf the cache. Then run it again.\n:::\n\n```{code} python\nprint('No prose here at all.')\n```\n")
+            ":::{code-block} shell\nrm -rf the cache. Then run it again.\n:::\n\n```{code} python\nprint('No prose here at all.')\n```\n\n"
+            "```{pip-cli}\n$ pip install the package now [regular pip output] ERROR: Cannot install it.\n```\n")
     assert answer.prose.sentences(text) == ["pip will also respect the cache home variable.", "The cache is safe to delete at any time.",
                                             "Deleting it slows the next install down."]
 

@@ -19,10 +19,12 @@ _FENCE = re.compile(r"^\s*(`{3,}|~{3,})")
 _HEADING = re.compile(r"^\s{0,3}#{1,6}\s")
 _ITEM = re.compile(r"^\s*(?:[-*+]|\d+[.)])\s+")
 _QUOTE = re.compile(r"^\s*>\s?")
-# A MyST directive ("```{note}", "````{tab} Linux", ":::{warning}") holds Markdown, unless it is one of code or data
+# A MyST directive ("```{note}", "````{tab} Linux", ":::{warning}"): the admonitions and containers below hold Markdown;
+# any other ({code-block}, {math}, a project's own such as pip's {pip-cli}) stays verbatim
 _DIRECTIVE = re.compile(r"^\s*(`{3,}|~{3,}|:{3,})\{([\w:-]+)\}")
-_VERBATIM = {"code", "code-block", "code-cell", "sourcecode", "literalinclude", "math", "raw", "toctree", "mermaid", "graphviz",
-             "csv-table", "list-table", "include", "image", "figure", "eval-rst"}
+_PROSE = {"note", "warning", "tip", "caution", "attention", "danger", "error", "hint", "important", "seealso", "admonition",
+          "versionadded", "versionchanged", "deprecated", "tab", "tab-item", "tab-set", "tabbed", "card", "dropdown",
+          "sidebar", "topic", "margin", "epigraph", "pull-quote", "highlights", "div", "container"}
 _DIRECTIVE_FENCE = re.compile(r"^\s*(:{3,})")
 _OPTION = re.compile(r"^\s*:[\w-]+:(\s|$)")  # a directive's option line (":class: tip")
 
@@ -59,7 +61,7 @@ def _prose_blocks(text: str) -> list[tuple[str, str, str]]:
                 into[2] += line.strip() + "\n"
             continue
         directive = _DIRECTIVE.match(line)
-        if directive and directive.group(2).casefold() not in _VERBATIM:
+        if directive and directive.group(2).casefold() in _PROSE:
             end_block()
             containers.append(directive.group(1))
             into = last = None
