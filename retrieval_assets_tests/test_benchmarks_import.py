@@ -89,3 +89,17 @@ def test_answer_supports_bad_sources_are_one_usage_line_and_exit_2(sources, mess
     assert done.returncode == 2 and done.stdout == ""
     last = done.stderr.splitlines()[-1]
     assert last.startswith(f"python -m benchmarks answer_support: error: --sources {sources}: ") and message in last
+
+
+def test_package_corpora_converts_each_markup_to_the_markdown_the_chunker_reads():
+    """The answer benchmark's corpora (benchmarks/calibration/package_corpora.py): reStructuredText, AsciiDoc and MyST
+    become headings, fences and prose; MyST roles their text, its directives kept for the answerer to read."""
+    from benchmarks.calibration import package_corpora as pc
+
+    assert pc.rst_to_md("Title\n=====\n\nRun it like this::\n\n    $ restic init\n") == \
+        "# Title\n\nRun it like this:\n\n```\n$ restic init\n```\n\n"
+    assert pc.asciidoc_to_md("== Fixing mistakes\n\n----\n$ git restore :/\n----\nSee linkgit:git-reset[1].\n") == \
+        "## Fixing mistakes\n\n```\n$ git restore :/\n```\nSee git-reset(1).\n"
+    myst = pc.myst_to_md("See {ref}`the cache <pip cache>` and {ref}`Installing`, {issue}`9475`, {any}`x`.\n```{note}\nA note.\n```\n")
+    assert myst == "See the cache and Installing, 9475, `x`.\n```{note}\nA note.\n```\n"
+    assert set(pc.UNSEEN).isdisjoint(pc.SOURCES)  # a corpus nothing is fitted on is never a training corpus

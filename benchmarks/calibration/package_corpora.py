@@ -1,9 +1,10 @@
-"""Build the answer benchmark's two corpora from Debian packages into a cache folder (nothing copied into the repo).
+"""Build the answer benchmark's corpora from Debian packages into a cache folder (nothing copied into the repo).
 
 Run: uv run python -m benchmarks package_corpora [--cache DIR]   # prints each corpus's folder and chunk count
 
 ``restic`` is the backup tool's user manual (the reStructuredText sources that Debian's ``restic`` package ships
-under /usr/share/doc/restic/html/_sources), ``git`` is the Git user manual (``git-doc``'s user-manual.txt, AsciiDoc).
+under /usr/share/doc/restic/html/_sources), ``git`` is the Git user manual (``git-doc``'s user-manual.txt, AsciiDoc);
+``pip`` (``UNSEEN``: never fitted on) is pip's user guide, MyST Markdown already (``python3-pip``).
 Each is fetched with ``apt-get download`` (no root needed), unpacked with ``dpkg-deb -x`` and converted to Markdown:
 headings become ``#`` headings, literal and listing blocks become fences, inline markup its rendered text; prose is
 kept as it is. The questions (``answer_questions/<name>.yaml``, written here: question, doc_id, anchor) become the
@@ -13,6 +14,7 @@ folder's golden.yaml, its on-topic questions the manual does not answer (``<name
 
 from __future__ import annotations
 
+import gzip
 import re
 import shutil
 import subprocess
@@ -27,6 +29,11 @@ CACHE = common.ROOT / ".retrieval" / "answer_corpora"
 SOURCES = {
     "restic": ("restic", "usr/share/doc/restic/html/_sources", "*.rst.txt", "rst"),
     "git": ("git-doc", "usr/share/doc/git-doc", "user-manual.txt", "asciidoc"),
+}
+# Corpora nothing is fitted or chosen on, not even held out: answer_support measures the shipped answerer on them.
+# ``pip`` is pip's user guide, the MyST Markdown pages of Debian's ``python3-pip`` (its developer pages left out).
+UNSEEN = {
+    "pip": ("python3-pip", "usr/share/doc/python3-pip/html", "**/*.md*", "myst"),
 }
 
 
@@ -105,6 +112,14 @@ def asciidoc_to_md(text: str) -> str:
     return "\n".join(out) + "\n"
 
 
+def myst_to_md(text: str) -> str:
+    """MyST Markdown as the chunker reads it: roles as their text (``{ref}`text <target>``` -> text, ``{ref}`target``` ->
+    target, ``{issue}`9475``` -> 9475); directives stay (the answerer reads notes and tabs as prose, code as code)."""
+    text = re.sub(r"\{[\w:-]+\}`([^`<]*?)\s*<[^`>]*>`", r"\1", text)
+    text = re.sub(r"\{(?:ref|doc|term|issue|pull|user|envvar|option)\}`([^`]*)`", r"\1", text)
+    return re.sub(r"\{[\w:-]+\}`([^`]*)`", r"`\1`", text)
+
+
 def _download(package: str, into: Path) -> str:
     """``apt-get download`` + ``dpkg-deb -x`` of ``package`` into ``into``; returns its version."""
     with tempfile.TemporaryDirectory() as tmp:
@@ -126,15 +141,19 @@ def build(name: str, cache: Path = CACHE) -> Path:
 
 
 def _convert(name: str, target: Path) -> None:
-    package, folder, pattern, kind = SOURCES[name]
+    package, folder, pattern, kind = (SOURCES | UNSEEN)[name]
     shutil.rmtree(target, ignore_errors=True)
     with tempfile.TemporaryDirectory() as tmp:
         version = _download(package, Path(tmp))
         (target / "docs").mkdir(parents=True)
-        convert = rst_to_md if kind == "rst" else asciidoc_to_md
-        for path in sorted((Path(tmp) / folder).glob(pattern)):
-            stem = path.name.split(".")[0].replace("_", "-").lower()
-            (target / "docs" / f"{stem}.md").write_text(convert(path.read_text(encoding="utf-8")))
+        convert = {"rst": rst_to_md, "asciidoc": asciidoc_to_md, "myst": myst_to_md}[kind]
+        root = Path(tmp) / folder
+        for path in sorted(root.glob(pattern)):
+            if path.relative_to(root).parts[0] == "development":
+                continue  # pip's pages for its own developers: not the user guide
+            text = gzip.decompress(path.read_bytes()).decode() if path.suffix == ".gz" else path.read_text(encoding="utf-8")
+            stem = "-".join([*path.relative_to(root).parts[:-1], path.name.split(".")[0]]).replace("_", "-").lower()
+            (target / "docs" / f"{stem}.md").write_text(convert(text))
     (target / "VERSION").write_text(f"{package} {version}\n")
 
 
@@ -144,7 +163,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     from retrieval_assets.index import chunker
 
-    for name in SOURCES:
+    for name in [*SOURCES, *UNSEEN]:
         path = build(name, args.cache)
         chunks = [c for d in chunker.load_documents(path) for c in chunker.chunk(d)]
         print(f"{name}: {path} ({(path / 'VERSION').read_text().strip()}), {len(chunks)} chunks")
