@@ -1,6 +1,7 @@
 """Answers and refusals on corpora nobody tuned to: the calibrated support model, held out by corpus.
 
 Run: uv run python -m benchmarks answer_support [--embedders hash,minilm,mpnet] [--write-default] [--out FILE] [--sources K=V,...]
+     [--unseen pip]
 
 Corpora: the fixture and the two that package_corpora builds from Debian packages (restic's and Git's manuals,
 20 questions each). Each is indexed per embedder into its own scratch schema; its answerable questions and the
@@ -18,7 +19,8 @@ fewer than the best setting, on each training corpus and embedder), then its foc
 (choose_focus: the most of the training corpora's on-topic unanswerable questions refused, written per corpus beside its
 golden questions, without citing a relevant source for fewer answerable ones); answer.PICKING is that choice on all three.
 --sources measures other retrievals for the sources (each embedder's answer.sources_for with the fields given).
-The seed's BM25 floor (answer.SUPPORT_FLOOR) is shown beside it. --write-default fits each embedder's model on all
+The seed's BM25 floor (answer.SUPPORT_FLOOR) is shown beside it. --unseen corpora (package_corpora.UNSEEN: pip's user
+guide) take part in no fit and no choice: they measure the shipped answerer (``unseen``) as a new corpus meets it. --write-default fits each embedder's model on all
 corpora (and one pooled over embedders) with the parameters chosen over them, into
 retrieval_assets/answers/support_defaults.json.
 """
@@ -188,11 +190,32 @@ def outcome(d: dict, p_q, p_off, p_un, t_q, t_off, picking: answer.Picking) -> d
             "seed_refused": np.mean([top(f) < answer.SUPPORT_FLOOR for f in d["found_off"]])}
 
 
+def unseen(d: dict, key: str) -> tuple[dict, float, calibration.Calibration]:
+    """The shipped answerer on a corpus nothing was fitted or chosen on (package_corpora.UNSEEN), as ``answer`` meets
+    it without questions of its own: the cross-corpus default for ``key`` (support_defaults.json) guarded on the corpus's
+    off-corpus questions, and answer.PICKING. Off-corpus questions are scored against a guard and cosine reference made
+    without their own domain fold (as ``calibration.calibrate_measured`` does); the threshold the corpus's questions meet
+    is the product's (the guard over all of them). Also the calibration its own questions would give (held out in folds)."""
+    model, origin = calibration.defaults(key)
+    off = d["off"]
+    threshold = calibration.guarded(model, model.probabilities(off.features(off.top))).threshold
+    p_off, t_off = np.zeros(len(off.top)), np.zeros(len(off.top))
+    for f in range(calibration.FOLDS):
+        at = d["folds"] == f
+        supports = model.probabilities(off.features(off.top[~at]))
+        p_off[at], t_off[at] = supports[at], calibration.guarded(model, supports[~at]).threshold
+    p_q, p_un = (model.probabilities(d[m].features(off.top)) for m in ("q", "un"))
+    own = calibration.calibrate_measured(d["q"], off, d["folds"], model, origin)
+    return outcome(d, p_q, p_off, p_un, threshold, t_off, answer.PICKING), threshold, own
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = common.parser(__doc__)
     parser.add_argument("--embedders", default=EMBEDDERS, help=f"comma-separated partitions (default {EMBEDDERS}: the picking is chosen over them all)")
     parser.add_argument("--write-default", action="store_true")
     parser.add_argument("--out", default=str(common.RESULTS / "answer_support.md"))
+    parser.add_argument("--unseen", default=",".join(package_corpora.UNSEEN),
+                        help="comma-separated corpora measured with the shipped answerer only (package_corpora.UNSEEN; empty: none)")
     parser.add_argument("--sources", default="", help="the sources' retrieval: answer.sources_for(embedder) with these fields, e.g. doc_weight=0.1,rerank_fusion=rrf")
     args = parser.parse_args(argv)
     keys = args.embedders.split(",")
@@ -207,8 +230,10 @@ def main(argv: list[str] | None = None) -> int:
              "refused (all / English / other languages) | on-topic unanswerable refused (before the focus rule and the type check) | fitted on | L2, threshold | seed floor: answered / refused |",
              "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     defaults, pooled = {}, []
+    unseen_corpora = {name: package_corpora.build(name) for name in args.unseen.split(",") if name}
     with common.connect(args.dsn) as conn:
         data = {key: [load(conn, name, path, key, sources[key]) for name, path in corpora.items()] for key in keys}
+        new = {key: [load(conn, name, path, key, sources[key]) for name, path in unseen_corpora.items()] for key in keys}
     pickings = {name: choose_picking([d for key in keys for d in data[key] if d["name"] != name]) for name in corpora}
     pickings = {name: choose_focus([d for key in keys for d in data[key] if d["name"] != name], p) for name, p in pickings.items()}
     for key in keys:
@@ -226,6 +251,15 @@ def main(argv: list[str] | None = None) -> int:
         l2, thr = choose(data[key])
         defaults[key] = fit_on(data[key], l2, thr).as_dict() | {"l2": l2}
         pooled += data[key]
+    unseen_lines = []
+    for key in keys:
+        for d in new[key]:
+            o, threshold, own = unseen(d, key)
+            unseen_lines.append(f"| {d['name']} | {key} | {d['chunks']} | {len(d['queries'])} | {' / '.join(f'{c:.0%}' for c in o['ceiling'])} "
+                                f"| {o['relevant']:.0%} | {o['answered']:.0%} | {o['precision']:.0%} "
+                                f"| {o['refused']:.1%} / {o['refused_en']:.1%} / {o['refused_other']:.1%} | {o['unanswerable']:.0%} ({o['unanswerable_before']:.0%}) "
+                                f"| {threshold:.2f} | {own.source}: {own.answer_rate:.0%} / {own.refusal_rate:.1%} |")
+            print(unseen_lines[-1], flush=True)
     shipped = choose_focus([d for key in keys for d in data[key]], choose_picking([d for key in keys for d in data[key]]))
     chosen = "\n".join([f"- held out {name}: {p}" for name, p in pickings.items()]
                        + [f"- on all corpora (not held out, never reported): {shipped}, {'the' if shipped == answer.PICKING else 'NOT the'} shipped answer.PICKING"])
@@ -236,7 +270,17 @@ def main(argv: list[str] | None = None) -> int:
             f"Sources: answer.sources_for(embedder){' with ' + args.sources if args.sources else ''} ({'; '.join(f'{k}: {p.describe()}' for k, p in sources.items())}). Off-corpus questions: {len(off)} ({sum(q.lang == 'en' for q in off)} English, {len({q.lang for q in off})} languages). Each row "
             "is held out: the model is fitted on the other two corpora, off-corpus questions by domain fold, and the extractive answerer's "
             f"picking (answer.Picking) is chosen on the other two corpora's answerable questions ({args.embedders}):\n\n" + chosen + "\n\n"
-            + "\n".join(lines) + "\n")
+            + "\n".join(lines) + "\n"
+            + (f"\n## Unseen: {', '.join(unseen_corpora)}\n\nNothing was fitted or chosen on these, not even held out: the shipped answerer as "
+               "`answer` meets a new corpus without questions of its own (the cross-corpus default support model of "
+               "support_defaults.json, guarded on the corpus's off-corpus questions; answer.PICKING). Off-corpus refusals are held "
+               "out by domain fold (guard and cosine reference). Last column: the calibration the corpus's own questions would give "
+               "(calibration.calibrate_measured; corpus: it separates and is kept, default: it does not), its held-out answer and "
+               "refusal rates.\n\n| corpus | embedder | chunks | answerable | relevant among the sources (top 1 / 3 / 5) | answered, "
+               "relevant source cited | answered | cited sources relevant | off-corpus refused (all / English / other languages) | "
+               "on-topic unanswerable refused (before the focus rule and the type check) | threshold (guarded) | own questions' "
+               "calibration: answered / refused |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n" + "\n".join(unseen_lines) + "\n"
+               if unseen_lines else ""))
     common.write_report(text, args.out)
     if args.write_default:
         l2, thr = choose(pooled) if len(keys) > 1 else (defaults[keys[0]]["l2"], defaults[keys[0]]["threshold"])
