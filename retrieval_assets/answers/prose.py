@@ -54,7 +54,7 @@ def _prose_blocks(text: str) -> list[tuple[str, str, str]]:
     for line in text.splitlines():
         opening = _FENCE.match(line)
         if fence is not None:
-            closing = _FENCE.match(line) or _DIRECTIVE_FENCE.match(line)
+            closing = opening or _DIRECTIVE_FENCE.match(line)
             if closing and closing.group(1)[0] == fence[0] and len(closing.group(1)) >= len(fence):
                 fence = None
             elif into is not None:
