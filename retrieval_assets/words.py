@@ -5,7 +5,8 @@ reranker's words), with a faster path for ASCII text and the same result. ``STOP
 words, auxiliary verbs, quantifiers and the stems contractions leave (``don`` of don't). A content word
 (``is_content``) is a word that is no stop word, holds a letter (no bare numbers or underscores) and has three
 characters or more, unless it is not ASCII (a Korean or Chinese word can be one or two characters long).
-``content_words(text)`` lists them in order, repeats kept. ``stem`` takes one common English suffix off so that
+``content_words(text)`` lists them in order, repeats kept; ``question_words(question)`` those of a question, without the
+adjective of its "how long / old / far ..." (what kind of answer it asks for, not what it is about). ``stem`` takes one common English suffix off so that
 restore, restored, restores and restoring meet; other scripts are left as they are.
 Imports nothing of the package, so any layer can read it.
 """
@@ -48,6 +49,16 @@ def is_content(word: str) -> bool:
 def content_words(text: str) -> list[str]:
     """The content words of ``text``, in order, repeats kept."""
     return [w for w in words(text) if is_content(w)]
+
+
+# "how long", "how old", "how far" ...: the adjective names what kind of answer is asked for (asked.py), not the topic
+_HOW = re.compile(r"\bhow\s+(?:long|old|far|big|large|soon|fast|often|early|late|deep|wide|high|tall|heavy|small)\b", re.IGNORECASE)
+
+
+def question_words(question: str) -> list[str]:
+    """The content words of a question, in order, repeats kept, without the adjective of a "how long / old / far ..."
+    phrase ("How long is the warranty?": warranty)."""
+    return content_words(_HOW.sub(" ", question))
 
 
 def stem(word: str) -> str:

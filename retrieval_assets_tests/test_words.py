@@ -47,3 +47,13 @@ def test_empty_and_huge_text():
     assert words.content_words("") == [] and words.words("") == []
     huge = "restore " * 200_000 + "ẞ" * 10_000
     assert len(words.content_words(huge)) == 200_001
+
+
+def test_how_long_names_the_answer_asked_for_not_the_topic():
+    """The adjective of "how long / old / far ..." is what kind of answer a question asks for (asked.py), not a word of
+    its topic: on a corpus that never says "long", "How long is the warranty?" is not about something it never names."""
+    assert words.question_words("How long is the warranty?") == ["warranty"]
+    assert words.question_words("How OLD is the lighthouse, and how far off is the long reef?") == ["lighthouse", "long", "reef"]
+    assert words.question_words("Which long options does restic take?") == words.content_words("Which long options does restic take?")
+    stats = support.StemStats(3, {"warranty": 1, "kettle": 1, "descale": 2}, 12.0)
+    assert support.focus(support.question_idf("How long is the warranty?", stats), stats)[1] == 0.0  # nothing unknown

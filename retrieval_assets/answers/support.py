@@ -19,7 +19,7 @@ an ``Evidence`` of numbers in [0, 1], each relative to the question itself, not 
   ``-ln(1 - share of the reference below it) / ln(reference size + 1)``, 1 above every one of them, 0 without
   a reference.
 
-Words are ``words.content_words`` (``\\w+``, lowercase, no function words or bare numbers), stemmed by ``words.stem``; idf is
+A question's words are ``words.question_words`` (``\\w+``, lowercase, no function words, bare numbers or the "long" of "how long"), stemmed by ``words.stem``; idf is
 ``ln(1 + (N - df + 0.5) / (df + 0.5))`` over the corpus (a word it lacks gets the highest idf); ``idf_share`` is the one
 place that measures a share of the question's idf mass (coverage, sentence, known, the extractive answerer's claims). ``SupportModel``
 is a logistic regression over the evidence whose weights are never negative, so support never falls as
@@ -39,15 +39,15 @@ import numpy as np
 
 from retrieval_assets.search.rerank import CorpusStats
 from retrieval_assets.types import Chunk, Hit
-from retrieval_assets.words import content_words, stem, words
+from retrieval_assets.words import question_words, stem, words
 
 _SENTENCE = re.compile(r"(?<=[.!?])\s+|\n\s*\n")
 K1, B = 1.2, 0.75  # the BM25 constants of the seed's reranker
 
 
-def content_terms(text: str) -> list[str]:
-    """The distinct stemmed content words of ``text`` (``words.content_words``), in order."""
-    return list(dict.fromkeys(map(stem, content_words(text))))
+def content_terms(question: str) -> list[str]:
+    """The distinct stemmed content words of ``question`` (``words.question_words``), in order."""
+    return list(dict.fromkeys(map(stem, question_words(question))))
 
 
 def stems(text: str) -> Counter[str]:
