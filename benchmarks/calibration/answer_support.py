@@ -182,7 +182,10 @@ def outcome(d: dict, p_q, p_off, p_un, t_q, t_off, picking: answer.Picking) -> d
     top = lambda found: max((s for _, s in found), default=0.0)  # noqa: E731
     first = np.array([next((i for i, (c, _) in enumerate(f) if c.chunk_id in golden.relevant([c for c, _ in f], q)), 99)
                       for q, f in zip(d["queries"], d["found_q"])])  # the rank of the first relevant source (99: none)
-    return {"ceiling": [np.mean(first < k) for k in (1, 3, 5)], "relevant": np.mean(np.asarray(hits) & supported),
+    refused_q = [not ok or extract(q.query, f).faithfulness.refused for q, f, ok in zip(d["queries"], d["found_q"], supported)]
+    misses = [f"{q.query_id} ({'not among the sources' if at == 99 else 'support under the threshold' if not ok else 'the answerer refused' if no else 'another source cited'})"
+              for q, hit, at, ok, no in zip(d["queries"], hits, first, supported, refused_q) if not (hit and ok)]
+    return {"ceiling": [np.mean(first < k) for k in (1, 3, 5)], "relevant": np.mean(np.asarray(hits) & supported), "misses": misses,
             "answered": sum(answered) / len(hits), "precision": np.mean(precision),
             "refused": refused.mean(), "refused_en": refused[english].mean(), "refused_other": refused[~english].mean(),
             "unanswerable": np.mean(unanswerable[0]), "unanswerable_before": np.mean(unanswerable[1]),
@@ -229,7 +232,7 @@ def main(argv: list[str] | None = None) -> int:
     lines = ["| corpus | embedder | chunks | answerable | relevant among the sources (top 1 / 3 / 5) | answered, relevant source cited | answered | cited sources relevant | off-corpus "
              "refused (all / English / other languages) | on-topic unanswerable refused (before the focus rule and the type check) | fitted on | L2, threshold | seed floor: answered / refused |",
              "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
-    defaults, pooled = {}, []
+    defaults, pooled, missed = {}, [], []
     unseen_corpora = {name: package_corpora.build(name) for name in args.unseen.split(",") if name}
     with common.connect(args.dsn) as conn:
         data = {key: [load(conn, name, path, key, sources[key]) for name, path in corpora.items()] for key in keys}
@@ -248,6 +251,7 @@ def main(argv: list[str] | None = None) -> int:
                          f"| {o['precision']:.0%} | {o['refused']:.1%} / {o['refused_en']:.1%} / {o['refused_other']:.1%} "
                          f"| {o['unanswerable']:.0%} ({o['unanswerable_before']:.0%}) | {' + '.join(d['name'] for d in train)} | {l2:g}, {thr:.2f} (guard {g_q:.2f}) | {o['seed_answered']:.0%} / {o['seed_refused']:.1%} |")
             print(lines[-1], flush=True)
+            missed.append(f"- {test['name']}, {key}: {', '.join(o['misses']) or 'none'}")
         l2, thr = choose(data[key])
         defaults[key] = fit_on(data[key], l2, thr).as_dict() | {"l2": l2}
         pooled += data[key]
@@ -260,6 +264,7 @@ def main(argv: list[str] | None = None) -> int:
                                 f"| {o['refused']:.1%} / {o['refused_en']:.1%} / {o['refused_other']:.1%} | {o['unanswerable']:.0%} ({o['unanswerable_before']:.0%}) "
                                 f"| {threshold:.2f} | {own.source}: {own.answer_rate:.0%} / {own.refusal_rate:.1%} |")
             print(unseen_lines[-1], flush=True)
+            missed.append(f"- {d['name']} (unseen), {key}: {', '.join(o['misses']) or 'none'}")
     shipped = choose_focus([d for key in keys for d in data[key]], choose_picking([d for key in keys for d in data[key]]))
     chosen = "\n".join([f"- held out {name}: {p}" for name, p in pickings.items()]
                        + [f"- on all corpora (not held out, never reported): {shipped}, {'the' if shipped == answer.PICKING else 'NOT the'} shipped answer.PICKING"])
@@ -280,7 +285,8 @@ def main(argv: list[str] | None = None) -> int:
                "relevant source cited | answered | cited sources relevant | off-corpus refused (all / English / other languages) | "
                "on-topic unanswerable refused (before the focus rule and the type check) | threshold (guarded) | own questions' "
                "calibration: answered / refused |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n" + "\n".join(unseen_lines) + "\n"
-               if unseen_lines else ""))
+               if unseen_lines else "")
+            + "\n## Answerable questions not answered with a relevant source cited, and why\n\n" + "\n".join(missed) + "\n")
     common.write_report(text, args.out)
     if args.write_default:
         l2, thr = choose(pooled) if len(keys) > 1 else (defaults[keys[0]]["l2"], defaults[keys[0]]["threshold"])
