@@ -188,9 +188,9 @@ def calibrate_measured(m_q: Measured, m_off: Measured, off_folds: np.ndarray, de
         return Calibration(fallback, tuple(reference.tolist()), "default", f"no answerable questions of its own: {origin}", 0, n_off,
                            None, refused, None, held_out)
     a_default, r_default = _rates(*(fallback.probabilities(m.features(reference)) for m in (m_q, m_off)), fallback.threshold, fallback.threshold)
-    note = (f"cannot separate: held out, a fit on its {n_q} questions answers {answered:.0%} of them and refuses {refused:.0%} of "
+    note = (f"cannot separate: held out, a fit on its {n_q} questions answers {answered:.0%} of them and refuses {refused:.1%} of "
             f"{n_off} off-corpus questions (both must reach {SEPARATES:.0%}); no threshold of its own, answers use {origin} "
-            f"(here it answers {a_default:.0%} and refuses {r_default:.0%})")
+            f"(here it answers {a_default:.0%} and refuses {r_default:.1%})")
     return Calibration(fallback, tuple(reference.tolist()), "default", note, n_q, n_off, answered, refused, False, held_out)
 
 

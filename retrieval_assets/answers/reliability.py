@@ -19,9 +19,9 @@ from retrieval_assets.evaluation import trend
 
 def summary(calibration: Calibration) -> str:
     c = calibration
-    rates = (f"held out, it answers {c.answer_rate:.0%} of {c.answerable} answerable questions and refuses {c.refusal_rate:.0%} "
+    rates = (f"held out, it answers {c.answer_rate:.0%} of {c.answerable} answerable questions and refuses {c.refusal_rate:.1%} "
              f"of {c.off_corpus} off-corpus questions" if c.answer_rate is not None else
-             f"it refuses {c.refusal_rate:.0%} of {c.off_corpus} off-corpus questions here; no answerable questions to measure its answer rate")
+             f"it refuses {c.refusal_rate:.1%} of {c.off_corpus} off-corpus questions here; no answerable questions to measure its answer rate")
     model = "the corpus's own support model" if c.source == "corpus" else "the cross-corpus default support model"
     return f"Answers use {model} (threshold {c.model.threshold:.2f}): {c.note}. For that calibration, {rates}."
 
