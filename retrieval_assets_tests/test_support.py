@@ -362,6 +362,23 @@ def test_myst_directives_hold_prose_and_code_directives_do_not():
                                             "Deleting it slows the next install down."]
 
 
+
+_PIECES = ["Some prose sentence here.", "A lead-in with no mark", "It ends with a colon:", "```", "````", ":::", "```{note}",
+           "````{tab} Linux", ":::{warning}", "```{code} python", "```{pip-cli}", ":class: tip", "| a | b |", "- an item of a list.",
+           "# A heading", "", "x = 1. y = 2.", "> A quoted sentence of prose.", "and", "ფარი 中文 sentence ends here.", "\t", "~~~"]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.sampled_from(_PIECES) | st.text(max_size=40), max_size=30))
+def test_prose_passages_take_any_markdown(lines):
+    """Any chunk text, fences and directives left open or closed in any order: ``passages`` never raises, each passage
+    starts with its sentence, and each sentence's words are the chunk's, in order."""
+    text = "\n".join(lines)
+    for sentence, says in answer.prose.passages(text):
+        remaining = iter(support.words(text))  # the sentence's words are the text's, in order (markers and line breaks aside)
+        assert says.startswith(sentence) and all(w in remaining for w in support.words(sentence))
+
+
 SIGNING = [chunk(1, "To rotate the signing key, run the keys rotate command and restart the server."),
            chunk(2, "Each key in the store has a name and a creation date."),
            chunk(3, "The signing service reads its configuration when it starts.")]
