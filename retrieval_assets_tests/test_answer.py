@@ -25,6 +25,7 @@ from retrieval_assets.answers import answer, calibration, claude, support
 from retrieval_assets.search import pipeline, rerank
 from retrieval_assets.answers import citations as cite
 from retrieval_assets.corpus import golden as golden_set
+from retrieval_assets.corpus.questions import own_questions
 from retrieval_assets.corpus.registry import FIXTURE_CORPUS
 from retrieval_assets.defs import answers as answers_defs
 from retrieval_assets.defs.corpora import corpus_definitions
@@ -514,7 +515,7 @@ def test_answers_asset_with_the_extractive_answerer(resource, no_credentials):
     assert meta["calibration/answerable_questions"] == 48 and meta["calibration/source"] in ("corpus", "default")
     with resource.connect() as conn:
         retriever = pipeline.retriever(conn, resource.schema("hash"), HashEmbedder(), answer.SOURCES)
-        cal, made = calibration.for_index(conn, retriever, answers_defs.corpus_questions(FIXTURE_CORPUS), answer.SOURCES, "hash")
+        cal, made = calibration.for_index(conn, retriever, own_questions(FIXTURE_CORPUS.path)[0], answer.SOURCES, "hash")
         assert not made  # the asset stored it
         for i, question in enumerate(answers_defs.DEFAULT_QUESTIONS, 1):
             found = sources(conn, HashEmbedder(), question, schema=resource.schema("hash"))

@@ -353,3 +353,21 @@ def test_review_into_a_missing_an_empty_or_a_mapping_golden_yaml(tmp_path, start
     assert draft_file.review(root, path, {first.query_id: Decision("accept")}, documents) == (1, 0)
     loaded = golden.load_golden(root / "golden.yaml", documents)
     assert [q.query_id for q in loaded] == (["h1"] if start == "mapping" else []) + [first.query_id]
+
+
+def test_a_corpus_with_drafts_only_calibrates_its_answers_on_them(tmp_path):
+    """questions.own_questions (read by the answer command and the support_calibration and answers assets): golden.yaml's
+    queries when there is one; else the drafts review has not rejected, said to be unreviewed; else none."""
+    from retrieval_assets.corpus.questions import own_questions
+
+    root = write_corpus(tmp_path)
+    assert own_questions(root) == ([], "none")
+    documents, chunks = load(root)
+    path = draft_file.write_draft(root / draft_file.DRAFT_NAME, drafting.draft(documents, chunks, per_doc=3))
+    items = draft_file.read_draft(path)[1]
+    draft_file.review(root, path, {items[0].query_id: Decision("reject")}, documents)  # no golden.yaml yet: nothing accepted
+    (root / "golden.yaml").unlink(missing_ok=True)
+    questions, origin = own_questions(root, documents)
+    assert questions == [i.query for i in items[1:]] and origin == f"{len(items) - 1} drafted questions of golden.draft.yaml, not reviewed"
+    (root / "golden.yaml").write_text(yaml.safe_dump(HAND, sort_keys=False))
+    assert own_questions(root, documents) == ([q["query"] for q in HAND], "golden.yaml")

@@ -18,6 +18,7 @@ from psycopg import sql
 from retrieval_assets.answers import answer, asked, calibration, reliability, respond, support
 from retrieval_assets.answers.citations import REFUSAL
 from retrieval_assets.answers.support import Evidence, SupportModel
+from retrieval_assets.corpus.questions import own_questions
 from retrieval_assets.corpus.registry import FIXTURE_CORPUS, Corpus
 from retrieval_assets.defs import answers as answers_defs
 from retrieval_assets.defs.corpora import corpus_definitions
@@ -178,7 +179,7 @@ def test_small_corpus_answers_the_answerable_and_refuses_the_rest(conn, small):
         r = respond.respond(conn, retriever, question, answer.SOURCES, cal)
         assert not r.supported and r.result.text == REFUSAL, (question, r.support)
     # a corpus without golden questions: its calibration says it uses the default, and the answers asset's metadata too
-    assert answers_defs.corpus_questions(Corpus("lighthouse", str(folder))) == []
+    assert own_questions(Corpus("lighthouse", str(folder)).path) == ([], "none")
     meta = answers_defs.calibration_metadata(cal)
     assert meta["source"] == "default" and meta["note"].startswith("no answerable questions of its own: the cross-corpus default")
     assert "answer_rate" not in meta and "cross-corpus default" in reliability.summary(cal)

@@ -6,12 +6,12 @@ per index)."""
 from __future__ import annotations
 
 import sys
-from pathlib import Path
 
 from retrieval_assets.answers import answer, calibration, respond
 from retrieval_assets.cli import rule
 from retrieval_assets.cli.args import UsageError, index_corpus, pipeline_params
-from retrieval_assets.corpus import golden
+from retrieval_assets.corpus import draft_file
+from retrieval_assets.corpus.questions import own_questions
 from retrieval_assets.search import pipeline
 
 
@@ -34,15 +34,15 @@ def answer_question(conn, args, documents, chunks, out) -> None:
         result = answer.extractive_answer(args.question, [c for c, _ in found], scores=[s for _, s in found], floor=args.floor)
         line = f"support: the best source's BM25 score, answered from {args.floor:g} (--floor)"
     else:
-        gold = Path(args.corpus) / "golden.yaml"
-        questions = [q.query for q in golden.load_golden(gold, documents)] if gold.exists() else []
+        questions, origin = own_questions(args.corpus, documents)
         cal, made = calibration.for_index(conn, retriever, questions, params, args.embedder)
         if made:
-            print(f"calibrated support on {len(questions)} questions of the corpus and {cal.off_corpus} off-corpus questions "
+            print(f"calibrated support on {len(questions)} questions of the corpus ({origin}) and {cal.off_corpus} off-corpus questions "
                   f"(stored in {schema}; later answers on this index reuse it)", file=sys.stderr)
         response = respond.respond(conn, retriever, args.question, params, cal)
         found, result = response.sources, response.result
-        line = f"support {response.support:.2f}, answered from {cal.model.threshold:.2f} ({cal.source} calibration: {cal.note})"
+        line = f"support {response.support:.2f}, answered from {cal.model.threshold:.2f} ({cal.source} calibration: {cal.note}" + \
+            (f"; its questions: {origin})" if questions and origin != draft_file.GOLDEN_NAME else ")")
     print(result.text, file=out)
     for n, (c, score) in enumerate(found, 1):
         print(f"[{n}] {c.chunk_id} ({score:.2f})", file=out)

@@ -14,7 +14,7 @@ from retrieval_assets.answers import answer, calibration, claude, reliability, r
 
 from retrieval_assets.search import pipeline
 from retrieval_assets.answers.citations import invalid_citations
-from retrieval_assets.corpus import golden
+from retrieval_assets.corpus.questions import own_questions
 from retrieval_assets.corpus.registry import Corpus
 from retrieval_assets.evaluation import retrieval_rule
 from retrieval_assets.defs.partitions import embedders, group, key
@@ -59,12 +59,6 @@ def _md_cell(text: str, limit: int = 300) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
-def corpus_questions(corpus: Corpus) -> list[str]:
-    """The corpus's own answerable questions for its calibration: its golden.yaml's queries (none without one).
-    Drafts from ``golden draft`` can be added here once they exist: calibration takes any list of questions."""
-    return [q.query for q in golden.load_golden(corpus.golden_path)] if corpus.golden_path.exists() else []
-
-
 def calibration_metadata(cal: calibration.Calibration) -> dict:
     meta = {"source": cal.source, "note": cal.note, "summary": dg.MetadataValue.md(reliability.summary(cal)),
             "answerable_questions": cal.answerable, "off_corpus_questions": cal.off_corpus, "refusal_rate": round(cal.refusal_rate, 4)}
@@ -84,8 +78,8 @@ def answer_assets(corpus: Corpus) -> list[dg.AssetsDefinition]:
         group_name=group(corpus, "live"), key_prefix=[corpus.name], required_resource_keys={"corpus", "postgres"},
         deps=[dg.AssetDep(key(corpus, "chunk_index")), dg.AssetDep(key(corpus, "retrieval_rule"))],
         description="The support model answers use on this corpus and embedder (their sources retrieved by its retrieval rule): "
-        "fitted on the corpus's golden questions against the shipped off-corpus questions (or the cross-corpus default where it "
-        "has none), with its held-out reliability (answer rate, refusal rate) and a reliability plot; stored in the partition's schema.",
+        "fitted on the corpus's golden questions (else its unreviewed golden drafts) against the shipped off-corpus questions "
+        "(or the cross-corpus default where it has none), with its held-out reliability (answer rate, refusal rate) and a reliability plot; stored in the partition's schema.",
     )
     def support_calibration(context: dg.AssetExecutionContext) -> dg.MaterializeResult:
         postgres: PostgresResource = context.resources.postgres
@@ -96,12 +90,13 @@ def answer_assets(corpus: Corpus) -> list[dg.AssetsDefinition]:
             params, rule = retrieval_rule.for_search(conn, postgres.history_schema, corpus.name, partition, answer.sources_for(partition),
                                                      schema=schema)
             retriever = pipeline.retriever(conn, schema, partitions.embedder(partition), params)
-            cal, _ = calibration.for_index(conn, retriever, corpus_questions(corpus), params, partition, refresh=True)
+            questions, origin = own_questions(corpus.path)  # golden.yaml's, else unreviewed drafts, else none
+            cal, _ = calibration.for_index(conn, retriever, questions, params, partition, refresh=True)
         context.log.info(f"support_calibration ({corpus.name}, {partition}): {reliability.summary(cal)}")
         path = reliability.plot(cal, Path(files.report_path(corpus.name, partition)).with_name("support_calibration.png"),
                                 f"corpus {corpus.name}, {partition}: support ({cal.source})")
         image = base64.b64encode(path.read_bytes()).decode()
-        return dg.MaterializeResult(metadata={**calibration_metadata(cal), "retrieval_rule": rule,
+        return dg.MaterializeResult(metadata={**calibration_metadata(cal), "questions_from": origin, "retrieval_rule": rule,
                                               "plot": dg.MetadataValue.md(f"![reliability](data:image/png;base64,{image})"),
                                               "path": dg.MetadataValue.path(str(path))})
 
@@ -139,8 +134,9 @@ def answer_assets(corpus: Corpus) -> list[dg.AssetsDefinition]:
             retriever = pipeline.retriever(conn, schema, partitions.embedder(key), params)
             cal = None
             if config.support_floor is None:
-                cal, made = calibration.for_index(conn, retriever, corpus_questions(corpus), params, key)
-                meta.update({f"calibration/{k}": v for k, v in calibration_metadata(cal).items()})
+                questions, origin = own_questions(corpus.path)
+                cal, made = calibration.for_index(conn, retriever, questions, params, key)
+                meta.update({f"calibration/{k}": v for k, v in {**calibration_metadata(cal), "questions_from": origin}.items()})
                 context.log.info(f"support ({'calibrated now' if made else 'stored calibration'}): {reliability.summary(cal)}")
             for i, question in enumerate(config.questions, 1):
                 if cal is not None:
