@@ -97,7 +97,7 @@ def test_a_calibration_that_cannot_separate_says_so_and_keeps_no_threshold_of_it
     cal = calibration.calibrate_measured(same(40), same(len(off)), calibration.domain_folds(off), default, "the test's default")
     assert cal.separates is False and cal.source == "default" and dataclasses.replace(cal.model, threshold=0.5) == default
     assert cal.note.startswith("cannot separate") and "the test's default" in cal.note
-    meta = answers_defs.calibration_metadata(cal)
+    meta = answers_defs.calibration_metadata(cal, "golden.yaml")
     assert "threshold" not in meta and meta["note"] == cal.note
 
 
@@ -179,9 +179,10 @@ def test_small_corpus_answers_the_answerable_and_refuses_the_rest(conn, small):
         r = respond.respond(conn, retriever, question, answer.SOURCES, cal)
         assert not r.supported and r.result.text == REFUSAL, (question, r.support)
     # a corpus without golden questions: its calibration says it uses the default, and the answers asset's metadata too
-    assert own_questions(Corpus("lighthouse", str(folder)).path) == ([], "none")
-    meta = answers_defs.calibration_metadata(cal)
-    assert meta["source"] == "default" and meta["note"].startswith("no answerable questions of its own: the cross-corpus default")
+    questions, origin = own_questions(Corpus("lighthouse", str(folder)).path)
+    assert (questions, origin) == ([], "none")
+    meta = answers_defs.calibration_metadata(cal, origin)
+    assert meta["questions_from"] == "none" and meta["source"] == "default" and meta["note"].startswith("no answerable questions of its own: the cross-corpus default")
     assert "answer_rate" not in meta and "cross-corpus default" in reliability.summary(cal)
 
 
@@ -359,7 +360,7 @@ def test_myst_directives_hold_prose_and_code_directives_do_not():
             "```{note}\n:class: tip\nThe cache is safe to delete at any time.\n```\n\n:::{warning}\nDeleting it slows the next install down.\n:::\n\n"
             ":::{code-block} shell\nrm -rf the cache. Then run it again.\n:::\n\n```{code} python\nprint('No prose here at all.')\n```\n\n"
             "```{pip-cli}\n$ pip install the package now [regular pip output] ERROR: Cannot install it.\n```\n")
-    assert answer.prose.sentences(text) == ["pip will also respect the cache home variable.", "The cache is safe to delete at any time.",
+    assert [s for s, _ in answer.prose.passages(text)] == ["pip will also respect the cache home variable.", "The cache is safe to delete at any time.",
                                             "Deleting it slows the next install down."]
 
 

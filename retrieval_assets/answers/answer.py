@@ -230,7 +230,7 @@ def extractive_answer(query: str, chunks: Sequence[Chunk], *, scores: Sequence[f
     claim to answer, and of each further source that earns its place (``pick``).
 
     Refuses as ``assemble`` does (below the floor) and when no sentence shares a content word with
-    the question. Candidates are the prose sentences of the sources (``prose.sentences``: no code,
+    the question. Candidates are the prose sentences of the sources (``prose.passages``: no code,
     headings, tables, link lists, or text holding ``[n]``), scored by the BM25 of the question's
     content words over all candidates; kept verbatim, one per line with ``[n]``.
     Deterministic, no model; cost 0.

@@ -1,11 +1,11 @@
 """The prose sentences of a chunk that the extractive answerer may quote (answer.extractive_answer).
 
-Contract: ``sentences(text)`` lists a chunk's sentences of prose, in order, a sentence wrapped over lines as one: no code
+Contract: ``passages(text)`` lists a chunk's sentences of prose, in order, a sentence wrapped over lines as one: no code
 fences, headings, table rows, link lists, bare headings or text holding a citation marker ``[n]`` or the refusal. A
 paragraph's last sentence may end with the colon that introduces a code block, list or table ("... an error like:"),
 or with no mark at all when a code block follows it ("... to the last committed state with" and the command).
-``passages(text)`` gives each such sentence with what it says: itself, and for a paragraph's last sentence the code block
-or table rows it introduces (the answerer scores a sentence that introduces a command by the command's words too).
+Each comes with what it says: itself, and for a paragraph's last sentence the code block or table rows it introduces (the
+answerer scores a sentence that introduces a command by the command's words too).
 """
 
 from __future__ import annotations
@@ -133,8 +133,3 @@ def passages(text: str) -> list[tuple[str, str]]:
             if _is_sentence(s, introduces if last else "") and not MARKER.search(s) and not is_refusal(s):
                 found.append((s, f"{s}\n{listing}" if last and listing else s))
     return found
-
-
-def sentences(text: str) -> list[str]:
-    """The sentences of ``passages``."""
-    return [s for s, _ in passages(text)]

@@ -41,8 +41,8 @@ def answer_question(conn, args, documents, chunks, out) -> None:
                   f"(stored in {schema}; later answers on this index reuse it)", file=sys.stderr)
         response = respond.respond(conn, retriever, args.question, params, cal)
         found, result = response.sources, response.result
-        line = f"support {response.support:.2f}, answered from {cal.model.threshold:.2f} ({cal.source} calibration: {cal.note}" + \
-            (f"; its questions: {origin})" if questions and origin != draft_file.GOLDEN_NAME else ")")
+        drafted = f"; its questions: {origin}" if questions and origin != draft_file.GOLDEN_NAME else ""
+        line = f"support {response.support:.2f}, answered from {cal.model.threshold:.2f} ({cal.source} calibration: {cal.note}{drafted})"
     print(result.text, file=out)
     for n, (c, score) in enumerate(found, 1):
         print(f"[{n}] {c.chunk_id} ({score:.2f})", file=out)

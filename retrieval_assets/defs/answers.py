@@ -59,8 +59,9 @@ def _md_cell(text: str, limit: int = 300) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
-def calibration_metadata(cal: calibration.Calibration) -> dict:
-    meta = {"source": cal.source, "note": cal.note, "summary": dg.MetadataValue.md(reliability.summary(cal)),
+def calibration_metadata(cal: calibration.Calibration, questions_from: str) -> dict:
+    """The calibration's metadata; ``questions_from``: where its corpus questions came from (``own_questions``)."""
+    meta = {"source": cal.source, "note": cal.note, "questions_from": questions_from, "summary": dg.MetadataValue.md(reliability.summary(cal)),
             "answerable_questions": cal.answerable, "off_corpus_questions": cal.off_corpus, "refusal_rate": round(cal.refusal_rate, 4)}
     if cal.answer_rate is not None:
         meta["answer_rate"] = round(cal.answer_rate, 4)
@@ -96,7 +97,7 @@ def answer_assets(corpus: Corpus) -> list[dg.AssetsDefinition]:
         path = reliability.plot(cal, Path(files.report_path(corpus.name, partition)).with_name("support_calibration.png"),
                                 f"corpus {corpus.name}, {partition}: support ({cal.source})")
         image = base64.b64encode(path.read_bytes()).decode()
-        return dg.MaterializeResult(metadata={**calibration_metadata(cal), "questions_from": origin, "retrieval_rule": rule,
+        return dg.MaterializeResult(metadata={**calibration_metadata(cal, origin), "retrieval_rule": rule,
                                               "plot": dg.MetadataValue.md(f"![reliability](data:image/png;base64,{image})"),
                                               "path": dg.MetadataValue.path(str(path))})
 
@@ -136,7 +137,7 @@ def answer_assets(corpus: Corpus) -> list[dg.AssetsDefinition]:
             if config.support_floor is None:
                 questions, origin = own_questions(corpus.path)
                 cal, made = calibration.for_index(conn, retriever, questions, params, key)
-                meta.update({f"calibration/{k}": v for k, v in {**calibration_metadata(cal), "questions_from": origin}.items()})
+                meta.update({f"calibration/{k}": v for k, v in calibration_metadata(cal, origin).items()})
                 context.log.info(f"support ({'calibrated now' if made else 'stored calibration'}): {reliability.summary(cal)}")
             for i, question in enumerate(config.questions, 1):
                 if cal is not None:
