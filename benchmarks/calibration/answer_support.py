@@ -172,7 +172,7 @@ def outcome(d: dict, p_q, p_off, p_un, t_q, t_off, picking: answer.Picking) -> d
                                                        stats=d["stats"], picking=picking)
     hits, precision = cited(d, picking)
     supported = np.asarray(p_q) >= t_q
-    answered = [not extract(q.query, f).faithfulness.refused for q, f, ok in zip(d["queries"], d["found_q"], supported) if ok]
+    refused_q = [not ok or extract(q.query, f).faithfulness.refused for q, f, ok in zip(d["queries"], d["found_q"], supported)]
     off = calibration.off_corpus()
     refused = np.array([p < t or extract(q.question, f).faithfulness.refused for q, f, p, t in zip(off, d["found_off"], p_off, t_off)])
     english = np.array([q.lang == "en" for q in off])
@@ -182,15 +182,21 @@ def outcome(d: dict, p_q, p_off, p_un, t_q, t_off, picking: answer.Picking) -> d
     top = lambda found: max((s for _, s in found), default=0.0)  # noqa: E731
     first = np.array([next((i for i, (c, _) in enumerate(f) if c.chunk_id in golden.relevant([c for c, _ in f], q)), 99)
                       for q, f in zip(d["queries"], d["found_q"])])  # the rank of the first relevant source (99: none)
-    refused_q = [not ok or extract(q.query, f).faithfulness.refused for q, f, ok in zip(d["queries"], d["found_q"], supported)]
     misses = [f"{q.query_id} ({'not among the sources' if at == 99 else 'support under the threshold' if not ok else 'the answerer refused' if no else 'another source cited'})"
               for q, hit, at, ok, no in zip(d["queries"], hits, first, supported, refused_q) if not (hit and ok)]
     return {"ceiling": [np.mean(first < k) for k in (1, 3, 5)], "relevant": np.mean(np.asarray(hits) & supported), "misses": misses,
-            "answered": sum(answered) / len(hits), "precision": np.mean(precision),
+            "answered": float(np.mean(np.logical_not(refused_q))), "precision": np.mean(precision),
             "refused": refused.mean(), "refused_en": refused[english].mean(), "refused_other": refused[~english].mean(),
             "unanswerable": np.mean(unanswerable[0]), "unanswerable_before": np.mean(unanswerable[1]),
             "seed_answered": np.mean([top(f) >= answer.SUPPORT_FLOOR for f in d["found_q"]]),
             "seed_refused": np.mean([top(f) < answer.SUPPORT_FLOOR for f in d["found_off"]])}
+
+
+def cells(d: dict, o: dict) -> str:
+    """A report row's first ten cells, the same in both tables: corpus to on-topic unanswerable refused."""
+    return (f"| {d['name']} | {d['key']} | {d['chunks']} | {len(d['queries'])} | {' / '.join(f'{c:.0%}' for c in o['ceiling'])} "
+            f"| {o['relevant']:.0%} | {o['answered']:.0%} | {o['precision']:.0%} | {o['refused']:.1%} / {o['refused_en']:.1%} / "
+            f"{o['refused_other']:.1%} | {o['unanswerable']:.0%} ({o['unanswerable_before']:.0%}) |")
 
 
 def unseen(d: dict, key: str) -> tuple[dict, float, calibration.Calibration]:
@@ -246,10 +252,8 @@ def main(argv: list[str] | None = None) -> int:
             p_q, p_off, g_q, g_off = held_out(train, test, l2)
             p_un = fit_on(train, l2).probabilities(test["un"].features(test["off"].top))
             o = outcome(test, p_q, p_off, p_un, max(thr, g_q), np.maximum(thr, g_off), pickings[test["name"]])
-            lines.append(f"| {test['name']} | {key} | {test['chunks']} | {len(test['queries'])} | {' / '.join(f'{c:.0%}' for c in o['ceiling'])} "
-                         f"| {o['relevant']:.0%} | {o['answered']:.0%} "
-                         f"| {o['precision']:.0%} | {o['refused']:.1%} / {o['refused_en']:.1%} / {o['refused_other']:.1%} "
-                         f"| {o['unanswerable']:.0%} ({o['unanswerable_before']:.0%}) | {' + '.join(d['name'] for d in train)} | {l2:g}, {thr:.2f} (guard {g_q:.2f}) | {o['seed_answered']:.0%} / {o['seed_refused']:.1%} |")
+            lines.append(cells(test, o) + f" {' + '.join(d['name'] for d in train)} | {l2:g}, {thr:.2f} (guard {g_q:.2f}) "
+                         f"| {o['seed_answered']:.0%} / {o['seed_refused']:.1%} |")
             print(lines[-1], flush=True)
             missed.append(f"- {test['name']}, {key}: {', '.join(o['misses']) or 'none'}")
         l2, thr = choose(data[key])
@@ -259,10 +263,7 @@ def main(argv: list[str] | None = None) -> int:
     for key in keys:
         for d in new[key]:
             o, threshold, own = unseen(d, key)
-            unseen_lines.append(f"| {d['name']} | {key} | {d['chunks']} | {len(d['queries'])} | {' / '.join(f'{c:.0%}' for c in o['ceiling'])} "
-                                f"| {o['relevant']:.0%} | {o['answered']:.0%} | {o['precision']:.0%} "
-                                f"| {o['refused']:.1%} / {o['refused_en']:.1%} / {o['refused_other']:.1%} | {o['unanswerable']:.0%} ({o['unanswerable_before']:.0%}) "
-                                f"| {threshold:.2f} | {own.source}: {own.answer_rate:.0%} / {own.refusal_rate:.1%} |")
+            unseen_lines.append(cells(d, o) + f" {threshold:.2f} | {own.source}: {own.answer_rate:.0%} / {own.refusal_rate:.1%} |")
             print(unseen_lines[-1], flush=True)
             missed.append(f"- {d['name']} (unseen), {key}: {', '.join(o['misses']) or 'none'}")
     shipped = choose_focus([d for key in keys for d in data[key]], choose_picking([d for key in keys for d in data[key]]))
