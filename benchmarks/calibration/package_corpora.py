@@ -25,15 +25,15 @@ from benchmarks import common
 
 QUESTIONS = Path(__file__).resolve().parent / "answer_questions"
 CACHE = common.ROOT / ".retrieval" / "answer_corpora"
-# name: (Debian package, folder of its documents, file glob, converter name)
+# name: (Debian package, folder of its documents, file glob, converter name, subfolders left out)
 SOURCES = {
-    "restic": ("restic", "usr/share/doc/restic/html/_sources", "*.rst.txt", "rst"),
-    "git": ("git-doc", "usr/share/doc/git-doc", "user-manual.txt", "asciidoc"),
+    "restic": ("restic", "usr/share/doc/restic/html/_sources", "*.rst.txt", "rst", ()),
+    "git": ("git-doc", "usr/share/doc/git-doc", "user-manual.txt", "asciidoc", ()),
 }
 # Corpora nothing is fitted or chosen on, not even held out: answer_support measures the shipped answerer on them.
 # ``pip`` is pip's user guide, the MyST Markdown pages of Debian's ``python3-pip`` (its developer pages left out).
 UNSEEN = {
-    "pip": ("python3-pip", "usr/share/doc/python3-pip/html", "**/*.md*", "myst"),
+    "pip": ("python3-pip", "usr/share/doc/python3-pip/html", "**/*.md*", "myst", ("development",)),
 }
 
 
@@ -141,7 +141,7 @@ def build(name: str, cache: Path = CACHE) -> Path:
 
 
 def _convert(name: str, target: Path) -> None:
-    package, folder, pattern, kind = (SOURCES | UNSEEN)[name]
+    package, folder, pattern, kind, left_out = (SOURCES | UNSEEN)[name]
     shutil.rmtree(target, ignore_errors=True)
     with tempfile.TemporaryDirectory() as tmp:
         version = _download(package, Path(tmp))
@@ -149,8 +149,8 @@ def _convert(name: str, target: Path) -> None:
         convert = {"rst": rst_to_md, "asciidoc": asciidoc_to_md, "myst": myst_to_md}[kind]
         root = Path(tmp) / folder
         for path in sorted(root.glob(pattern)):
-            if path.relative_to(root).parts[0] == "development":
-                continue  # pip's pages for its own developers: not the user guide
+            if path.relative_to(root).parts[0] in left_out:
+                continue
             text = gzip.decompress(path.read_bytes()).decode() if path.suffix == ".gz" else path.read_text(encoding="utf-8")
             stem = "-".join([*path.relative_to(root).parts[:-1], path.name.split(".")[0]]).replace("_", "-").lower()
             (target / "docs" / f"{stem}.md").write_text(convert(text))
