@@ -46,6 +46,20 @@ from retrieval_assets.search import pipeline
 
 EMBEDDERS = "hash,minilm,mpnet"  # the product's partitions with model files from PyPI: answer.PICKING serves them all
 L2S, THRESHOLDS = (0.001, 0.01, 0.1), tuple(np.round(np.arange(0.3, 0.75, 0.05), 2))
+DEPTHS = (5, 10, 20)  # the retrieval ceiling: where the sources' pipeline, asked for more, ranks the answer
+
+
+def depth(conn, retriever, queries: list[golden.GoldenQuery], params) -> np.ndarray:
+    """Per answerable question, the rank (from 1; 0: not among max(DEPTHS)) of its first relevant chunk and of the first
+    chunk of its document in the sources' pipeline returning max(DEPTHS) chunks."""
+    deeper = params.with_(k=max(DEPTHS), n=max(params.n, max(DEPTHS)))
+    ranks = []
+    for q in queries:
+        found = [c for c, _ in answer.sources(conn, retriever, q.query, deeper)]
+        relevant = golden.relevant(found, q)
+        ranks.append([next((i for i, c in enumerate(found, 1) if hit(c)), 0)
+                      for hit in (lambda c: c.chunk_id in relevant, lambda c: c.doc_id == q.doc_id)])
+    return np.array(ranks, dtype=int).reshape(-1, 2)
 
 
 def rows(d: dict, exclude_fold: int | None = None) -> tuple[np.ndarray, np.ndarray]:
@@ -110,7 +124,8 @@ def load(conn, name: str, path: Path, key: str, params) -> dict:
             "found_q": [answer.sources(conn, retriever, q.query, params) for q in queries],
             "found_off": [answer.sources(conn, retriever, q.question, params) for q in off], "un_q": unanswerable,
             "un": calibration.measure(conn, retriever, unanswerable, params),
-            "found_un": [answer.sources(conn, retriever, q, params) for q in unanswerable]}
+            "found_un": [answer.sources(conn, retriever, q, params) for q in unanswerable],
+            "depth": depth(conn, retriever, queries, params)}
 
 
 PICKINGS = [answer.Picking(w, n, keep, claim) for w in itertools.product((0.0, 1.0, 2.0), repeat=3) if any(w) for n in (1, 2, 3)
@@ -199,6 +214,14 @@ def cells(d: dict, o: dict) -> str:
             f"{o['refused_other']:.1%} | {o['unanswerable']:.0%} ({o['unanswerable_before']:.0%}) |")
 
 
+def reach(d: dict) -> str:
+    """A row of the retrieval ceiling: the relevant chunk, then its document, among the top DEPTHS; the questions not found."""
+    r = d["depth"]
+    share = lambda col: " / ".join(f"{np.mean((r[:, col] > 0) & (r[:, col] <= k)):.0%}" for k in DEPTHS)  # noqa: E731
+    lost = [q.query_id for q, (chunk, doc) in zip(d["queries"], r) if not 0 < chunk <= 5]
+    return f"| {d['name']} | {d['key']} | {share(0)} | {share(1)} | {', '.join(lost) or 'none'} |"
+
+
 def unseen(d: dict, key: str) -> tuple[dict, float, calibration.Calibration]:
     """The shipped answerer on a corpus nothing was fitted or chosen on (package_corpora.UNSEEN), as ``answer`` meets
     it without questions of its own: the cross-corpus default for ``key`` (support_defaults.json) guarded on the corpus's
@@ -259,6 +282,7 @@ def main(argv: list[str] | None = None) -> int:
         l2, thr = choose(data[key])
         defaults[key] = fit_on(data[key], l2, thr).as_dict() | {"l2": l2}
         pooled += data[key]
+    reached = [reach(d) for key in keys for d in [*data[key], *new[key]]]
     unseen_lines = []
     for key in keys:
         for d in new[key]:
@@ -287,7 +311,12 @@ def main(argv: list[str] | None = None) -> int:
                "on-topic unanswerable refused (before the focus rule and the type check) | threshold (guarded) | own questions' "
                "calibration: answered / refused |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n" + "\n".join(unseen_lines) + "\n"
                if unseen_lines else "")
-            + "\n## Answerable questions not answered with a relevant source cited, and why\n\n" + "\n".join(missed) + "\n")
+            + "\n## Answerable questions not answered with a relevant source cited, and why\n\n" + "\n".join(missed) + "\n"
+            + f"\n## The retrieval ceiling\n\nThe sources' pipeline asked for {max(DEPTHS)} chunks instead of {answer.SOURCES_K} (answer.sources with "
+            "k raised): where it ranks each answerable question's relevant chunk (its document, holding its anchor) and the "
+            "first chunk of its document. No answerer quoting the sources can cite a relevant chunk the sources lack.\n\n"
+            f"| corpus | embedder | relevant chunk in the top {' / '.join(map(str, DEPTHS))} | its document in the top "
+            f"{' / '.join(map(str, DEPTHS))} | relevant chunk not in the top 5 |\n|---|---|---|---|---|\n" + "\n".join(reached) + "\n")
     common.write_report(text, args.out)
     if args.write_default:
         l2, thr = choose(pooled) if len(keys) > 1 else (defaults[keys[0]]["l2"], defaults[keys[0]]["threshold"])
