@@ -167,7 +167,7 @@ DEFAULT = SEED.with_(lexical="bm25", fusion="zscore", weights=(0.4, 0.6), rerank
 # every query of Cranfield and the golden set with mpnet alone. Held out (each fold's choice made without it): Cranfield
 # 0.437 (1.14x bm25s), golden 0.739, conceptual 0.585, against the joint rule's 0.436 / 0.737 / 0.388.
 EMBEDDER_DEFAULTS = {"mpnet": DEFAULT.with_(fusion="zscore", weights=(0.5, 0.5), evidence_shift=0.75, rerank=False)}
-PIPELINES = {"default": DEFAULT, "seed": SEED}  # the named pipelines assets, command line and benchmarks accept
+PIPELINES = ("default", "seed")  # the named pipelines assets, command line and benchmarks accept (``named``)
 
 
 def default_for(embedder: str | None) -> RetrievalParams:
@@ -185,10 +185,9 @@ def named(name: str, embedder: str | None = None) -> RetrievalParams:
     names otherwise."""
     if name == "default":
         return default_for(embedder)
-    try:
-        return PIPELINES[name]
-    except (KeyError, TypeError):
-        raise ValueError(f"unknown pipeline {name!r} (known: {', '.join(PIPELINES)})") from None
+    if name == "seed":
+        return SEED
+    raise ValueError(f"unknown pipeline {name!r} (known: {', '.join(PIPELINES)})")
 
 
 def hnsw_ef_search(n: int, ef_search: int | None = None) -> int:

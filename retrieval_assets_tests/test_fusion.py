@@ -7,7 +7,7 @@ from retrieval_assets.evaluation import crossval
 
 from retrieval_assets.search import pipeline
 from retrieval_assets.search.fusion import convex, fuse, normalise, rrf
-from retrieval_assets.params import DEFAULT, PIPELINES, SEED, RetrievalParams, named
+from retrieval_assets.params import DEFAULT, PIPELINES, SEED, RetrievalParams, default_for, named
 from retrieval_assets.search.rerank import CorpusStats, LexicalReranker, blend
 from retrieval_assets.types import Hit, Ranked
 
@@ -71,7 +71,7 @@ def test_blend_keeps_the_reranker_at_one_the_fused_order_at_zero():
 
 
 def test_named_pipelines_and_bad_values():
-    assert named("seed") == SEED and named("default") == DEFAULT and set(PIPELINES) == {"default", "seed"}
+    assert named("seed") == SEED and named("default") == DEFAULT and set(PIPELINES) == {"default", "seed"} and named("default", "mpnet") == default_for("mpnet")
     assert SEED == RetrievalParams() and SEED.rerank_weight == 1 and SEED.rerank_idf == "pool"
     for bad in ("best", "", None, 3):
         with pytest.raises(ValueError, match=r"unknown pipeline .* \(known: default, seed\)"):
