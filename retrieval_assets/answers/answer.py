@@ -10,12 +10,14 @@ offline with the sources' own sentences, each cited. Answers are checked by ``ci
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
 import psycopg
 
+from retrieval_assets import words
 from retrieval_assets.answers import asked, prose, support
 from retrieval_assets.search import pipeline
 from retrieval_assets.answers.citations import REFUSAL, check
@@ -93,12 +95,11 @@ def assemble(query: str, chunks: Sequence[Chunk], *, scores: Sequence[float] | N
     return Draft(prompt, tuple(c.chunk_id for c in chunks), refused=False)
 
 
-def _sentence_scores(query: str, sentences: Sequence[str]) -> np.ndarray:
-    """BM25 (k1 1.2, b 0.75, idf over the sentences) of the question's content words (``support.content_terms``:
+def _sentence_scores(terms: Sequence[str], sentences: Sequence[str]) -> np.ndarray:
+    """BM25 (k1 1.2, b 0.75, idf over the sentences) of the question's content ``terms`` (``support.question_idf``'s:
     stemmed, no function words) in each sentence; all 0 when no sentence holds one."""
     if not sentences:
         return np.zeros(0)
-    terms = support.content_terms(query)
     counts = [support.stems(s) for s in sentences]
     lengths = np.array([sum(c.values()) for c in counts], dtype=float)
     norm = 1.2 * (0.25 + 0.75 * lengths / max(lengths.mean(), 1.0))
@@ -179,8 +180,10 @@ def sentence_table(query: str, chunks: Sequence[Chunk], scores: Sequence[float] 
             says.append(passage)
     counts = [support.stems(f"{c.text} {c.heading_path}") for c in chunks]
     corpus = stats is not None
-    if stats is None:
-        stats = support.StemStats(len(chunks), {t: sum(bool(tf[t]) for tf in counts) for t in support.content_terms(query)}, 1.0)
+    if stats is None:  # the sources' own statistics, their language read from them (words.function_words)
+        own = Counter(w for c in chunks for w in set(words.words(c.text)))
+        extra = words.function_words(own)
+        stats = support.StemStats(len(chunks), {t: sum(bool(tf[t]) for tf in counts) for t in support.content_terms(query, extra)}, 1.0, extra)
     idf = support.question_idf(query, stats)
     best = max(scores, default=0.0) if scores is not None else 0.0
     claims = np.array([[1 / n, support.idf_share(idf, tf), max(scores[n - 1], 0.0) / best if best > 0 else 0.0]
@@ -188,7 +191,7 @@ def sentence_table(query: str, chunks: Sequence[Chunk], scores: Sequence[float] 
     focus, unknown = support.focus(idf, stats)
     terms = [{t: v for t, v in focus.items() if held[t]} for held in map(support.stems, says)]
     unknown = unknown if corpus else 0.0
-    return SentenceTable(candidates, _sentence_scores(query, says), claims, terms, unknown, asked.expected(query),
+    return SentenceTable(candidates, _sentence_scores(list(idf), says), claims, terms, unknown, asked.expected(query),
                          [asked.carries(s) for s, _ in candidates])  # the type asked for: in the sentence a reader sees
 
 

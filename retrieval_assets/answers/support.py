@@ -19,7 +19,8 @@ an ``Evidence`` of numbers in [0, 1], each relative to the question itself, not 
   ``-ln(1 - share of the reference below it) / ln(reference size + 1)``, 1 above every one of them, 0 without
   a reference.
 
-A question's words are ``words.question_words`` (``\\w+``, lowercase, no function words, bare numbers or the "long" of "how long"), stemmed by ``words.stem``; idf is
+A question's words are ``words.question_words`` (``\\w+``, lowercase, no function words, bare numbers or the "long" of "how long";
+on a corpus in another language, none of that language's function words either: ``StemStats.function_words``), stemmed by ``words.stem``; idf is
 ``ln(1 + (N - df + 0.5) / (df + 0.5))`` over the corpus (a word it lacks gets the highest idf); ``idf_share`` is the one
 place that measures a share of the question's idf mass (coverage, sentence, known, the extractive answerer's claims). ``SupportModel``
 is a logistic regression over the evidence whose weights are never negative, so support never falls as
@@ -39,15 +40,16 @@ import numpy as np
 
 from retrieval_assets.search.rerank import CorpusStats
 from retrieval_assets.types import Chunk, Hit
-from retrieval_assets.words import question_words, stem, words
+from retrieval_assets.words import function_words, question_words, stem, words
 
 _SENTENCE = re.compile(r"(?<=[.!?])\s+|\n\s*\n")
 K1, B = 1.2, 0.75  # the BM25 constants of the seed's reranker
 
 
-def content_terms(question: str) -> list[str]:
-    """The distinct stemmed content words of ``question`` (``words.question_words``), in order."""
-    return list(dict.fromkeys(map(stem, question_words(question))))
+def content_terms(question: str, function_words: frozenset[str] = frozenset()) -> list[str]:
+    """The distinct stemmed content words of ``question`` (``words.question_words``, without ``function_words``: a
+    corpus's language's, ``StemStats.function_words``), in order."""
+    return list(dict.fromkeys(map(stem, question_words(question, function_words))))
 
 
 def stems(text: str) -> Counter[str]:
@@ -62,6 +64,7 @@ class StemStats:
     n: int
     df: dict[str, int]
     avg_len: float
+    function_words: frozenset[str] = frozenset()  # what its questions leave out beyond English's (words.function_words)
 
     def idf(self, term: str) -> float:
         return self.idf_at(self.df.get(term, 0))
@@ -73,7 +76,7 @@ class StemStats:
 
 def question_idf(query: str, stats: StemStats) -> dict[str, float]:
     """The question's content terms (``content_terms``) with their idf under ``stats``: the question's idf mass."""
-    return {t: stats.idf(t) for t in content_terms(query)}
+    return {t: stats.idf(t) for t in content_terms(query, stats.function_words)}
 
 
 def idf_share(idf: Mapping[str, float], present: Mapping[str, int]) -> float:
@@ -106,7 +109,7 @@ def stem_stats(stats: CorpusStats) -> StemStats:
     df: Counter[str] = Counter()
     for word, count in stats.df.items():
         df[stem(word)] += count
-    made = StemStats(stats.n, {t: min(stats.n, c) for t, c in df.items()}, stats.avg_len or 1.0)
+    made = StemStats(stats.n, {t: min(stats.n, c) for t, c in df.items()}, stats.avg_len or 1.0, function_words(stats.df))
     with _STEMMED_LOCK:
         while len(_STEMMED) >= 8:
             _STEMMED.pop(next(iter(_STEMMED)))
