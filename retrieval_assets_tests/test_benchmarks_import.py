@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib
 import pkgutil
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -103,3 +104,16 @@ def test_package_corpora_converts_each_markup_to_the_markdown_the_chunker_reads(
     myst = pc.myst_to_md("See {ref}`the cache <pip cache>` and {ref}`Installing`, {issue}`9475`, {any}`x`.\n```{note}\nA note.\n```\n")
     assert myst == "See the cache and Installing, 9475, `x`.\n```{note}\nA note.\n```\n"
     assert set(pc.UNSEEN).isdisjoint(pc.SOURCES)  # a corpus nothing is fitted on is never a training corpus
+
+
+@pytest.mark.skipif(shutil.which("man") is None, reason="man(1) renders the manual pages (Debian's man-db)")
+def test_package_corpora_renders_a_manual_page_as_markdown():
+    """APT's German manual pages (the unseen apt-de corpus): the NAME line the title, sections and subsections headings,
+    an item's tag a paragraph before its description, no header, footer or indentation."""
+    from benchmarks.calibration import package_corpora as pc
+
+    page = (".TH APT-MARK 8 \"2023\" \"APT\" \"APT\"\n.SH NAME\napt-mark \\- zeigt Einstellungen\n.SH BESCHREIBUNG\n"
+            "apt-mark kann benutzt werden, um Pakete zu markieren.\n.SS Optionen\n.PP\n\\fBhold\\fR\n.RS 4\nhold wird benutzt, um ein Paket "
+            "als zurückgehalten zu markieren.\n.RE\n")  # DocBook's items: .PP, the tag, .RS 4, the description, .RE
+    assert pc.man_to_md(page) == ("# apt-mark - zeigt Einstellungen\n\n## BESCHREIBUNG\n\napt-mark kann benutzt werden, um Pakete zu "
+                                  "markieren.\n\n### Optionen\n\nhold\n\nhold wird benutzt, um ein Paket als zurückgehalten zu markieren.\n")

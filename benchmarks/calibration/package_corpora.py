@@ -4,7 +4,8 @@ Run: uv run python -m benchmarks package_corpora [--cache DIR]   # prints each c
 
 ``restic`` is the backup tool's user manual (the reStructuredText sources that Debian's ``restic`` package ships
 under /usr/share/doc/restic/html/_sources), ``git`` is the Git user manual (``git-doc``'s user-manual.txt, AsciiDoc);
-``pip`` (``UNSEEN``: never fitted on) is pip's user guide, MyST Markdown already (``python3-pip``).
+``pip`` (``UNSEEN``: never fitted on) is pip's user guide, MyST Markdown already (``python3-pip``); ``apt-de`` (unseen too)
+APT's German manual pages, rendered by man(1).
 Each is fetched with ``apt-get download`` (no root needed), unpacked with ``dpkg-deb -x`` and converted to Markdown:
 headings become ``#`` headings, literal and listing blocks become fences, inline markup its rendered text; prose is
 kept as it is. The questions (``answer_questions/<name>.yaml``, written here: question, doc_id, anchor) become the
@@ -15,6 +16,7 @@ folder's golden.yaml, its on-topic questions the manual does not answer (``<name
 from __future__ import annotations
 
 import gzip
+import os
 import re
 import shutil
 import subprocess
@@ -32,8 +34,11 @@ SOURCES = {
 }
 # Corpora nothing is fitted or chosen on, not even held out: answer_support measures the shipped answerer on them.
 # ``pip`` is pip's user guide, the MyST Markdown pages of Debian's ``python3-pip`` (its developer pages left out).
+# ``apt-de`` is APT's German manual pages (Debian's ``apt``: apt, apt-get, apt-cache, apt.conf, sources.list ...), a
+# corpus in another language than any question or default was written for.
 UNSEEN = {
     "pip": ("python3-pip", "usr/share/doc/python3-pip/html", "**/*.md*", "myst", ("development",)),
+    "apt-de": ("apt", "usr/share/man/de", "**/*.gz", "man", ()),
 }
 
 
@@ -120,6 +125,29 @@ def myst_to_md(text: str) -> str:
     return re.sub(r"\{[\w:-]+\}`([^`]*)`", r"`\1`", text)
 
 
+def man_to_md(source: str) -> str:
+    """A manual page (its groff source) as Markdown: rendered by man(1) unjustified, unhyphenated and without a line width,
+    the header and footer lines dropped; the NAME line the title, sections ``##`` and subsections ``###`` headings, an
+    item's tag (an option, a keyword) a paragraph of its own before its description; indentation removed."""
+    rendered = subprocess.run(["man", "--nj", "--nh", "-l", "-"], input=source, text=True, capture_output=True, check=True,
+                              env={**os.environ, "MANWIDTH": "2000", "MAN_KEEP_FORMATTING": ""}).stdout
+    lines = rendered.replace("\t", "        ").splitlines()[1:-1]
+    out: list[str] = []
+    for line in lines:
+        depth = len(line) - len(line.lstrip())
+        if not line.strip():
+            continue
+        if depth == 0:
+            out += ["", _heading(2, line)]
+        elif depth < 7:
+            out += ["", _heading(3, line)]
+        elif out and out[-1] == "## NAME" and len(out) == 2:
+            out[:] = [_heading(1, line)]
+        else:
+            out += ["", line.strip()]
+    return "\n".join(out).strip() + "\n"
+
+
 def _download(package: str, into: Path) -> str:
     """``apt-get download`` + ``dpkg-deb -x`` of ``package`` into ``into``; returns its version."""
     with tempfile.TemporaryDirectory() as tmp:
@@ -146,7 +174,7 @@ def _convert(name: str, target: Path) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         version = _download(package, Path(tmp))
         (target / "docs").mkdir(parents=True)
-        convert = {"rst": rst_to_md, "asciidoc": asciidoc_to_md, "myst": myst_to_md}[kind]
+        convert = {"rst": rst_to_md, "asciidoc": asciidoc_to_md, "myst": myst_to_md, "man": man_to_md}[kind]
         root = Path(tmp) / folder
         for path in sorted(root.glob(pattern)):
             if path.relative_to(root).parts[0] in left_out:
