@@ -6,9 +6,9 @@ words, auxiliary verbs, quantifiers and the stems contractions leave (``don`` of
 (``is_content``) is a word that is no stop word, holds a letter (no bare numbers or underscores) and has three
 characters or more, unless it is not ASCII (a Korean or Chinese word can be one or two characters long).
 ``content_words(text)`` lists them in order, repeats kept; ``question_words(question)`` those of a question, without the
-adjective of its "how long / old / far ..." (what kind of answer it asks for, not what it is about), and without the
-``function_words`` given: a corpus's own language's (``function_words(df)``: the stop-words package's list of the language
-whose function words its chunks hold most, none for English). ``stem`` takes one common English suffix off so that
+adjective of its "how long / old / far ..." (what kind of answer it asks for, not what it is about), and without a
+corpus's own language's function words (``function_words(df)``: the stop-words package's list of the language
+whose function words its chunks hold most, none for English) given as ``leave_out``. ``stem`` takes one common English suffix off so that
 restore, restored, restores and restoring meet; other scripts are left as they are.
 Imports nothing of the package, so any layer can read it.
 """
@@ -18,6 +18,8 @@ from __future__ import annotations
 import functools
 import re
 from collections.abc import Mapping
+
+from stop_words import AVAILABLE_LANGUAGES, get_stop_words
 
 _WORD = re.compile(r"\w+")
 # ASCII text (str.isascii is O(1) in CPython) is tokenised without the regex, with the same
@@ -59,17 +61,16 @@ def content_words(text: str) -> list[str]:
 _HOW = re.compile(r"\bhow\s+(?:long|old|far|big|large|soon|fast|often|early|late|deep|wide|high|tall|heavy|small)\b", re.IGNORECASE)
 
 
-def question_words(question: str, function_words: frozenset[str] = frozenset()) -> list[str]:
+def question_words(question: str, leave_out: frozenset[str] = frozenset()) -> list[str]:
     """The content words of a question, in order, repeats kept, without the adjective of a "how long / old / far ..."
-    phrase ("How long is the warranty?": warranty) and without ``function_words`` (a corpus's language's)."""
-    return [w for w in content_words(_HOW.sub(" ", question)) if w not in function_words]
+    phrase ("How long is the warranty?": warranty) and without the words of ``leave_out`` (a corpus's language's
+    ``function_words``)."""
+    return [w for w in content_words(_HOW.sub(" ", question)) if w not in leave_out]
 
 
 @functools.cache
 def _function_word_lists() -> dict[str, frozenset[str]]:
     """Language -> its function words (the stop-words package's lists), as lowercase ``words``."""
-    from stop_words import AVAILABLE_LANGUAGES, get_stop_words
-
     return {language: frozenset(w for entry in get_stop_words(language) for w in words(entry)) for language in AVAILABLE_LANGUAGES}
 
 

@@ -46,10 +46,10 @@ _SENTENCE = re.compile(r"(?<=[.!?])\s+|\n\s*\n")
 K1, B = 1.2, 0.75  # the BM25 constants of the seed's reranker
 
 
-def content_terms(question: str, function_words: frozenset[str] = frozenset()) -> list[str]:
-    """The distinct stemmed content words of ``question`` (``words.question_words``, without ``function_words``: a
-    corpus's language's, ``StemStats.function_words``), in order."""
-    return list(dict.fromkeys(map(stem, question_words(question, function_words))))
+def content_terms(question: str, leave_out: frozenset[str] = frozenset()) -> list[str]:
+    """The distinct stemmed content words of ``question`` (``words.question_words``, without the words of ``leave_out``: a
+    corpus's language's function words, ``StemStats.function_words``), in order."""
+    return list(dict.fromkeys(map(stem, question_words(question, leave_out))))
 
 
 def stems(text: str) -> Counter[str]:
