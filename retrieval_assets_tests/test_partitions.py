@@ -8,7 +8,7 @@ import pytest
 
 from retrieval_assets import partitions
 from retrieval_assets.index.embed import HashEmbedder
-from retrieval_assets.params import DEFAULT, EF_SEARCH_MAX, LEXICAL, PIPELINES, SEED, RetrievalParams
+from retrieval_assets.params import DEFAULT, EF_SEARCH_MAX, LEXICAL, PIPELINES, SEED, RetrievalParams, named
 
 # An unquoted Postgres identifier: starts with a lowercase letter or _, then letters, digits, _; at most 63 bytes.
 IDENTIFIER = re.compile(r"[a-z_][a-z0-9_]{0,62}")
@@ -84,7 +84,7 @@ def test_retrieval_params_defaults():
     # the product default: the cross-validated pipeline (benchmarks/results/quality.md)
     assert (DEFAULT.lexical, DEFAULT.fusion, DEFAULT.weights, DEFAULT.mmr_lambda) == ("bm25", "zscore", (0.4, 0.6), None)
     assert (DEFAULT.rerank, DEFAULT.rerank_weight, DEFAULT.rerank_idf, DEFAULT.k, DEFAULT.n) == (True, 0.4, "corpus", 10, 50)
-    assert PIPELINES == {"default": DEFAULT, "seed": SEED}
+    assert PIPELINES == ("default", "seed") and (named("default"), named("seed")) == (DEFAULT, SEED)
     assert RetrievalParams(weights=[1, 0]).weights == (1.0, 0.0)  # stored as a tuple of floats
     assert RetrievalParams(mmr_lambda=None).mmr_lambda is None
     assert RetrievalParams(ef_search=EF_SEARCH_MAX).ef_search == EF_SEARCH_MAX
