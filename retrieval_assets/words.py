@@ -7,9 +7,11 @@ words, auxiliary verbs, quantifiers and the stems contractions leave (``don`` of
 characters or more, unless it is not ASCII (a Korean or Chinese word can be one or two characters long).
 ``content_words(text)`` lists them in order, repeats kept; ``question_words(question)`` those of a question, without the
 adjective of its "how long / old / far ..." (what kind of answer it asks for, not what it is about), and without a
-corpus's own language's function words (``function_words(df)``: the stop-words package's list of the language
-whose function words its chunks hold most, none for English) given as ``leave_out``. ``stem`` takes one common English suffix off so that
-restore, restored, restores and restoring meet; other scripts are left as they are.
+corpus's own language's function words given as ``leave_out``. A corpus's ``language(df)`` is the one whose function
+words (the stop-words package's lists) its chunks hold most; ``function_words(language)`` and ``stemmer(language)`` are
+how its questions and texts are read: for English the words above and ``stem``, which takes one common English suffix
+off so that restore, restored, restores and restoring meet (other scripts are left as they are); for another language
+its function words too, and Snowball's stemmer of that language.
 Imports nothing of the package, so any layer can read it.
 """
 
@@ -17,8 +19,10 @@ from __future__ import annotations
 
 import functools
 import re
-from collections.abc import Mapping
+import threading
+from collections.abc import Callable, Mapping
 
+import Stemmer
 from stop_words import AVAILABLE_LANGUAGES, get_stop_words
 
 _WORD = re.compile(r"\w+")
@@ -27,6 +31,7 @@ _WORD = re.compile(r"\w+")
 # turns every other byte into a space, and split() returns the runs of word characters.
 _ASCII_WORDS = bytes(ord(chr(b).lower()) if chr(b).isalnum() or b == ord("_") else ord(" ") for b in range(128))
 _ASCII_WORDS += bytes(range(128, 256))
+_SNOWBALL = frozenset(Stemmer.algorithms())
 
 STOPWORDS = frozenset("""
 a about above after again against all also although always am among an and another any are as at be because been before
@@ -82,11 +87,30 @@ def language(df: Mapping[str, int]) -> str:
     return max(held, key=lambda name: (held[name], name == "english"), default="english")
 
 
-def function_words(df: Mapping[str, int]) -> frozenset[str]:
-    """The words a question on a corpus with document frequencies ``df`` leaves out beyond ``STOPWORDS``: its
-    language's function words (``language``); none for an English corpus, whose questions keep today's words."""
-    found = language(df)
-    return frozenset() if found == "english" else _function_word_lists()[found]
+def function_words(language: str) -> frozenset[str]:
+    """The words a question on a corpus in ``language`` (``language(df)``) leaves out beyond ``STOPWORDS``: that
+    language's function words; none for English, whose questions keep today's words."""
+    return frozenset() if language == "english" else _function_word_lists().get(language, frozenset())
+
+
+_STEMMERS = threading.local()  # a PyStemmer object is not to be shared between threads
+
+
+def stemmer(language: str) -> Callable[[str], str]:
+    """How a corpus in ``language`` stems its words: ``stem`` for English and for a language Snowball has no stemmer
+    for, else Snowball's stemmer of that language (PyStemmer: French graisser and graissez meet, German erreiche and
+    erreichen)."""
+    if language == "english" or language not in _SNOWBALL:
+        return stem
+
+    def snowball(word: str) -> str:
+        kept = getattr(_STEMMERS, language, None)
+        if kept is None:
+            kept = Stemmer.Stemmer(language)
+            setattr(_STEMMERS, language, kept)
+        return kept.stemWord(word)
+
+    return snowball
 
 
 def stem(word: str) -> str:

@@ -1,7 +1,7 @@
 """Answers on a corpus that is not in English: its language read from its function words (words.language), a question's
-content words without them (words.question_words, support.StemStats.function_words); a German corpus this module writes
-answers German questions from the right source and refuses off-corpus ones, where English function words alone refused
-every question."""
+content words without them and stemmed by Snowball's stemmer of that language (words.function_words, words.stemmer,
+support.StemStats.language); a German corpus this module writes answers German questions from the right source and
+refuses off-corpus ones, where English words and stems alone refused every question."""
 
 from __future__ import annotations
 
@@ -30,22 +30,26 @@ TEXTS = {
 def test_a_corpus_language_is_the_one_whose_function_words_it_holds_most(language):
     df = CorpusStats.from_texts([TEXTS[language]] * 3).df
     assert words.language(df) == language
-    extra = words.function_words(df)
+    extra = words.function_words(language)
     assert (extra == frozenset()) == (language == "english")  # an English corpus's questions keep today's words
-    assert words.language({}) == "english" and words.function_words({}) == frozenset()
+    assert (words.stemmer(language) is words.stem) == (language == "english")  # ... and today's stems
+    assert words.language({}) == "english" and words.function_words("klingon") == frozenset()
+    assert words.stemmer("vietnamese") is words.stem  # no Snowball stemmer: the light English one, as before
 
 
 def test_a_question_leaves_out_its_corpus_languages_function_words():
-    german = words.function_words(CorpusStats.from_texts([TEXTS["german"]]).df)
+    german = words.function_words(words.language(CorpusStats.from_texts([TEXTS["german"]]).df))
     assert {"ich", "wie", "den", "sollte"} <= german
     question = "Wie oft sollte ich den Wasserkocher entkalken?"
     assert words.question_words(question) == ["wie", "oft", "sollte", "ich", "den", "wasserkocher", "entkalken"]
     assert words.question_words(question, german) == ["oft", "wasserkocher", "entkalken"]
     english = "How long is the warranty on the kettle?"
     assert words.question_words(english, german) == words.question_words(english) == ["warranty", "kettle"]
-    # the stem statistics carry them, so the question's idf mass is its topic's
-    stats = support.StemStats(10, {"wasserkocher": 2, "entkalken": 3}, 20.0, german)
-    assert list(support.question_idf(question, stats)) == ["oft", "wasserkocher", "entkalken"]
+    # the stem statistics carry the language, so the question's idf mass is its topic's, stemmed as German
+    stats = support.StemStats(10, {"wasserkoch": 2, "entkalk": 3}, 20.0, "german")
+    assert list(support.question_idf(question, stats)) == ["oft", "wasserkoch", "entkalk"]
+    assert words.stemmer("german")("erreiche") == words.stemmer("german")("erreichen") != words.stem("erreichen")
+    assert words.stemmer("french")("graisser") == words.stemmer("french")("graissez")
 
 
 # --- a German corpus this module writes --------------------------------------------------------------------------------
@@ -71,7 +75,8 @@ DOCS = {
 }
 ANSWERABLE = {"Wie oft sollte ich den Wasserkocher entkalken?": "entkalken#",
               "Wie viel Wasser muss mindestens eingefüllt werden?": "sicherheit#",
-              "Wie viel Essig brauche ich zum Entkalken?": "entkalken#"}
+              "Wie viel Essig brauche ich zum Entkalken?": "entkalken#",
+              "Unter welcher Nummer erreiche ich den Kundendienst?": "garantie#"}  # erreiche: erreichen, stemmed as German
 OFF = ["Wie wechsle ich den Ölfilter an einem Motorrad?", "Wer war der erste Bundeskanzler?",
        "How do I replace the oil filter on a motorcycle?", "Comment remplacer le filtre à huile d'une moto ?", "红烧肉怎么做才好吃？"]
 
@@ -90,7 +95,7 @@ def kettle(tmp_path_factory, conn, schema):
 
 def test_a_german_corpus_answers_german_questions_and_refuses_the_rest(conn, kettle):
     stats = support.stem_stats(pipeline.corpus_stats(conn, kettle.schema))
-    assert "ich" in stats.function_words and "wie" in stats.function_words
+    assert stats.language == "german" and {"ich", "wie"} <= stats.leave_out
     cal, _ = calibration.for_index(conn, kettle, [], answer.SOURCES, "hash")
     assert cal.source == "default" and cal.refusal_rate >= 0.9
     for question, doc in ANSWERABLE.items():
@@ -103,10 +108,10 @@ def test_a_german_corpus_answers_german_questions_and_refuses_the_rest(conn, ket
         assert r.result.text == REFUSAL, (question, r.support, r.result.text)
 
 
-def test_english_function_words_alone_refused_every_german_question(conn, kettle, monkeypatch):
-    """What the corpus language changed: with only English function words, "wie", "ich", "den" ... are words the
-    corpus barely holds and carry the question's idf mass; each answerable question is refused."""
-    monkeypatch.setattr(support, "function_words", lambda df: frozenset())
+def test_read_as_english_every_german_question_was_refused(conn, kettle, monkeypatch):
+    """What the corpus language changed: read as English, "wie", "ich", "den" ... are words the corpus barely holds
+    and carry the question's idf mass; each answerable question is refused."""
+    monkeypatch.setattr(support, "language", lambda df: "english")
     monkeypatch.setattr(support, "_STEMMED", {})
     cal, _ = calibration.for_index(conn, kettle, [], answer.SOURCES, "hash")
     for question in ANSWERABLE:
@@ -121,3 +126,11 @@ def test_sources_without_corpus_statistics_read_their_own_language():
     assert table.terms is not None and not any({"wie", "ich"} & set(t) for t in table.terms)
     result = answer.extractive_answer("Wie oft sollte ich das Gerät entkalken?", chunks, floor=0.0)
     assert result.text.startswith("Entkalken Sie das Gerät alle vier Wochen") and result.faithfulness.cited == (1,)
+    # French, the same way: "remplacer" meets the page's "Remplacez" only under French stems
+    velo = [Chunk("freins#000", "freins", "", 0, 1, "Remplacez les patins de frein lorsque les rainures ne sont plus visibles."),
+            Chunk("pneus#000", "pneus", "", 0, 1, "Gonflez les pneus à une pression entre 4 et 6 bars pour un vélo de ville.")]
+    assert words.language(CorpusStats.from_texts([c.text for c in velo]).df) == "french"
+    french = answer.extractive_answer("Quand faut-il remplacer les patins de frein ?", velo, floor=0.0)
+    assert french.text.startswith("Remplacez les patins") and french.faithfulness.cited == (1,)
+    held = answer.sentence_table("Quand faut-il remplacer les patins de frein ?", velo).terms[0]
+    assert {"remplac", "patin", "frein"} <= set(held)  # Snowball's French stems; the English light stemmer kept "remplacer"

@@ -95,12 +95,12 @@ def assemble(query: str, chunks: Sequence[Chunk], *, scores: Sequence[float] | N
     return Draft(prompt, tuple(c.chunk_id for c in chunks), refused=False)
 
 
-def _sentence_scores(terms: Sequence[str], sentences: Sequence[str]) -> np.ndarray:
+def _sentence_scores(terms: Sequence[str], sentences: Sequence[str], stem=words.stem) -> np.ndarray:
     """BM25 (k1 1.2, b 0.75, idf over the sentences) of the question's content ``terms`` (``support.question_idf``'s:
-    stemmed, no function words) in each sentence; all 0 when no sentence holds one."""
+    stemmed by ``stem``, no function words) in each sentence; all 0 when no sentence holds one."""
     if not sentences:
         return np.zeros(0)
-    counts = [support.stems(s) for s in sentences]
+    counts = [support.stems(s, stem) for s in sentences]
     lengths = np.array([sum(c.values()) for c in counts], dtype=float)
     norm = 1.2 * (0.25 + 0.75 * lengths / max(lengths.mean(), 1.0))
     scores = np.zeros(len(sentences))
@@ -178,20 +178,21 @@ def sentence_table(query: str, chunks: Sequence[Chunk], scores: Sequence[float] 
             seen.add(key)
             candidates.append((sentence, n))
             says.append(passage)
-    counts = [support.stems(f"{c.text} {c.heading_path}") for c in chunks]
     corpus = stats is not None
-    if stats is None:  # the sources' own statistics, their language read from them (words.function_words)
-        own = Counter(w for c in chunks for w in set(words.words(c.text)))
-        extra = words.function_words(own)
-        stats = support.StemStats(len(chunks), {t: sum(bool(tf[t]) for tf in counts) for t in support.content_terms(query, extra)}, 1.0, extra)
+    read = stats.language if stats is not None else words.language(Counter(w for c in chunks for w in set(words.words(c.text))))
+    stem = words.stemmer(read)  # the corpus's language, else the sources' own (words.language)
+    counts = [support.stems(f"{c.text} {c.heading_path}", stem) for c in chunks]
+    if stats is None:
+        own = support.content_terms(query, words.function_words(read), stem)
+        stats = support.StemStats(len(chunks), {t: sum(bool(tf[t]) for tf in counts) for t in own}, 1.0, read)
     idf = support.question_idf(query, stats)
     best = max(scores, default=0.0) if scores is not None else 0.0
     claims = np.array([[1 / n, support.idf_share(idf, tf), max(scores[n - 1], 0.0) / best if best > 0 else 0.0]
                        for n, tf in enumerate(counts, 1)], dtype=float).reshape(-1, 3)
     focus, unknown = support.focus(idf, stats)
-    terms = [{t: v for t, v in focus.items() if held[t]} for held in map(support.stems, says)]
+    terms = [{t: v for t, v in focus.items() if held[t]} for held in (support.stems(p, stem) for p in says)]
     unknown = unknown if corpus else 0.0
-    return SentenceTable(candidates, _sentence_scores(list(idf), says), claims, terms, unknown, asked.expected(query),
+    return SentenceTable(candidates, _sentence_scores(list(idf), says, stem), claims, terms, unknown, asked.expected(query),
                          [asked.carries(s) for s, _ in candidates])  # the type asked for: in the sentence a reader sees
 
 

@@ -39,7 +39,7 @@ from retrieval_assets.types import Chunk
 HERE = Path(__file__).resolve().parent
 OFF_CORPUS = HERE / "off_corpus.yaml"
 DEFAULTS = HERE / "support_defaults.json"
-VERSION = 4  # of the evidence and the stored form: a stored calibration of another version is made again
+VERSION = 5  # of the evidence and the stored form: a stored calibration of another version is made again
 FOLDS = 5
 L2_CORPUS = 0.1  # a corpus's own fit is pulled towards the default this strongly (benchmarks/calibration/answer_support.py)
 SEPARATES = 0.9  # held-out answer and refusal rates a corpus's own fit must both reach to keep its threshold

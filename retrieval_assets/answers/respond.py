@@ -60,7 +60,7 @@ def unnamed(question: str, chunks: list[Chunk], stats: support.StemStats, pickin
     never names (words no chunk holds carry at least ``picking.unknown`` of its idf mass) and the sources' text and
     headings hold less than ``picking.quoted`` of it. The Claude path refuses such a question without a model call."""
     shares, unknown = support.focus(support.question_idf(question, stats), stats)
-    present = set().union(*(support.stems(f"{c.text} {c.heading_path}") for c in chunks))
+    present = set().union(*(support.stems(f"{c.text} {c.heading_path}", stats.stem) for c in chunks))
     return picking.off_focus(unknown, sum(v for t, v in shares.items() if t in present))
 
 

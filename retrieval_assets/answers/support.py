@@ -20,7 +20,8 @@ an ``Evidence`` of numbers in [0, 1], each relative to the question itself, not 
   a reference.
 
 A question's words are ``words.question_words`` (``\\w+``, lowercase, no function words, bare numbers or the "long" of "how long";
-on a corpus in another language, none of that language's function words either: ``StemStats.function_words``), stemmed by ``words.stem``; idf is
+on a corpus in another language, none of that language's function words either), stemmed by ``words.stem`` (another
+language: Snowball's stemmer of it; both from ``StemStats.language``, ``words.language`` of the corpus); idf is
 ``ln(1 + (N - df + 0.5) / (df + 0.5))`` over the corpus (a word it lacks gets the highest idf); ``idf_share`` is the one
 place that measures a share of the question's idf mass (coverage, sentence, known, the extractive answerer's claims). ``SupportModel``
 is a logistic regression over the evidence whose weights are never negative, so support never falls as
@@ -33,27 +34,28 @@ import math
 import re
 import threading
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, fields
 
 import numpy as np
 
 from retrieval_assets.search.rerank import CorpusStats
 from retrieval_assets.types import Chunk, Hit
-from retrieval_assets.words import function_words, question_words, stem, words
+from retrieval_assets.words import function_words, language, question_words, stem, stemmer, words
 
 _SENTENCE = re.compile(r"(?<=[.!?])\s+|\n\s*\n")
 K1, B = 1.2, 0.75  # the BM25 constants of the seed's reranker
 
 
-def content_terms(question: str, leave_out: frozenset[str] = frozenset()) -> list[str]:
-    """The distinct stemmed content words of ``question`` (``words.question_words``, without the words of ``leave_out``: a
-    corpus's language's function words, ``StemStats.function_words``), in order."""
+def content_terms(question: str, leave_out: frozenset[str] = frozenset(), stem: Callable[[str], str] = stem) -> list[str]:
+    """The distinct content words of ``question`` (``words.question_words``, without the words of ``leave_out``: a
+    corpus's language's function words, ``StemStats.leave_out``), stemmed by ``stem``, in order."""
     return list(dict.fromkeys(map(stem, question_words(question, leave_out))))
 
 
-def stems(text: str) -> Counter[str]:
-    """Stemmed word counts of a text (function words kept: they only add to its length)."""
+def stems(text: str, stem: Callable[[str], str] = stem) -> Counter[str]:
+    """Word counts of a text stemmed by ``stem`` (a corpus's: ``StemStats.stem``; function words kept: they only add to
+    its length)."""
     return Counter(map(stem, words(text)))
 
 
@@ -64,7 +66,17 @@ class StemStats:
     n: int
     df: dict[str, int]
     avg_len: float
-    function_words: frozenset[str] = frozenset()  # what its questions leave out beyond English's (words.function_words)
+    language: str = "english"  # words.language: how its questions and texts are read
+
+    @property
+    def leave_out(self) -> frozenset[str]:
+        """The function words its questions leave out beyond English's (``words.function_words``)."""
+        return function_words(self.language)
+
+    @property
+    def stem(self) -> Callable[[str], str]:
+        """How its words are stemmed (``words.stemmer``)."""
+        return stemmer(self.language)
 
     def idf(self, term: str) -> float:
         return self.idf_at(self.df.get(term, 0))
@@ -76,7 +88,7 @@ class StemStats:
 
 def question_idf(query: str, stats: StemStats) -> dict[str, float]:
     """The question's content terms (``content_terms``) with their idf under ``stats``: the question's idf mass."""
-    return {t: stats.idf(t) for t in content_terms(query, stats.function_words)}
+    return {t: stats.idf(t) for t in content_terms(query, stats.leave_out, stats.stem)}
 
 
 def idf_share(idf: Mapping[str, float], present: Mapping[str, int]) -> float:
@@ -106,10 +118,12 @@ def stem_stats(stats: CorpusStats) -> StemStats:
         kept = _STEMMED.get(id(stats))
     if kept is not None and kept[0] is stats:
         return kept[1]
+    read = language(stats.df)
+    by = stemmer(read)
     df: Counter[str] = Counter()
     for word, count in stats.df.items():
-        df[stem(word)] += count
-    made = StemStats(stats.n, {t: min(stats.n, c) for t, c in df.items()}, stats.avg_len or 1.0, function_words(stats.df))
+        df[by(word)] += count
+    made = StemStats(stats.n, {t: min(stats.n, c) for t, c in df.items()}, stats.avg_len or 1.0, read)
     with _STEMMED_LOCK:
         while len(_STEMMED) >= 8:
             _STEMMED.pop(next(iter(_STEMMED)))
@@ -182,11 +196,11 @@ def evidence(query: str, vector: Sequence[Hit], text: Sequence[Hit], sources: Se
         return Evidence(standout=standout, agreement=_unit(agreement), overlap=overlap, cosine=cosine)
     coverage = attained = sentence = 0.0
     for chunk in sources:
-        tf = stems(chunk.text)
+        tf = stems(chunk.text, stats.stem)
         norm = K1 * (1 - B + B * sum(tf.values()) / stats.avg_len)
         coverage = max(coverage, idf_share(idf, tf))
         attained = max(attained, sum(v * tf[t] * (K1 + 1) / (tf[t] + norm) for t, v in idf.items() if tf[t]) / ((K1 + 1) * mass))
-        sentence = max([sentence] + [idf_share(idf, stems(part)) for part in _SENTENCE.split(chunk.text)])
+        sentence = max([sentence] + [idf_share(idf, stems(part, stats.stem)) for part in _SENTENCE.split(chunk.text)])
     known = idf_share(idf, stats.df)
     return Evidence(_unit(coverage), _unit(sentence), _unit(attained), _unit(known), standout, _unit(agreement), overlap, cosine)
 
