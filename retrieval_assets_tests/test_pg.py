@@ -279,3 +279,43 @@ def test_the_settings_command_prints_each_server_setting_and_its_state(pg_dsn, m
     monkeypatch.setitem(server.SERVER_SETTINGS, "client_connection_check_interval", "7s")
     assert pg.main(["settings"]) == 0
     assert "(the embedded default is 7s)" in capsys.readouterr().out
+
+
+def test_two_transactions_racing_to_create_one_schema_both_go_on(pg_dsn):
+    """The race two overlapping runs of one partition met (CI, 2026-12-07): the evaluation history and the retrieval
+    rule, under different locks, both ran CREATE SCHEMA IF NOT EXISTS on the history schema; the second waits on the
+    first's uncommitted row and, once it commits, failed with a unique violation on pg_namespace. ``ensure_schema``
+    takes that in a savepoint: the loser's transaction goes on and finds the schema."""
+    import threading
+
+    from psycopg import sql
+
+    name = f"t_race_{os.getpid()}"
+    with pg.connect(pg_dsn) as admin:
+        admin.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(name)))
+    errors: list[BaseException] = []
+    try:
+        with pg.connect(pg_dsn, autocommit=False) as first, pg.connect(pg_dsn, autocommit=False) as second:
+            first.execute("SELECT 1")  # each in a transaction of its own, as the assets' steps are
+            pg.ensure_schema(first, name)  # made, not committed: the second's insert into pg_namespace waits on it
+
+            def race():
+                try:
+                    second.execute("SELECT 1")
+                    pg.ensure_schema(second, name)
+                    second.execute(sql.SQL("CREATE TABLE {} (x int)").format(sql.Identifier(name, "t")))
+                    second.commit()
+                except BaseException as exc:  # noqa: BLE001 (the test reports it)
+                    errors.append(exc)
+
+            waiter = threading.Thread(target=race)
+            waiter.start()
+            time.sleep(0.5)
+            first.commit()
+            waiter.join(10)
+        assert not waiter.is_alive() and errors == []
+        with pg.connect(pg_dsn) as check:
+            assert check.execute("SELECT to_regclass(%s) IS NOT NULL", (f"{name}.t",)).fetchone()[0]
+    finally:
+        with pg.connect(pg_dsn) as admin:
+            admin.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(name)))

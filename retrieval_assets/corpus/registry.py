@@ -20,6 +20,7 @@ from pathlib import Path
 import psycopg
 from psycopg import sql
 
+from retrieval_assets import pg
 from retrieval_assets.partitions import FIXTURE, FIXTURE_DIR, IO_TABLE, QUERIES, RULES, RUNS, check_corpus_name
 
 TABLE = "corpora"
@@ -67,7 +68,7 @@ def valid_name(name: str) -> str:
 
 def _ensure(conn: psycopg.Connection, schema: str) -> None:
     conn.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (_LOCK,))
-    conn.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(schema)))
+    pg.ensure_schema(conn, schema)
     conn.execute(sql.SQL("CREATE TABLE IF NOT EXISTS {} (name text PRIMARY KEY, path text NOT NULL UNIQUE, "
                          "added_at timestamptz NOT NULL DEFAULT now())").format(sql.Identifier(schema, TABLE)))
 

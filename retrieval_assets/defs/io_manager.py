@@ -29,7 +29,7 @@ import psycopg
 from psycopg import errors, sql
 from psycopg.types.json import Jsonb
 
-from retrieval_assets import partitions
+from retrieval_assets import partitions, pg
 from retrieval_assets.defs.resources import PostgresResource, postgres_resource, user_errors
 
 TABLE = partitions.IO_TABLE
@@ -55,7 +55,7 @@ class PostgresPickleIOManager(dg.ConfigurableIOManager):
         safe when several steps do it at once."""
         with conn.transaction():
             conn.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (_LOCK,))
-            conn.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(self.postgres.io_schema)))
+            pg.ensure_schema(conn, self.postgres.io_schema)
             conn.execute(sql.SQL(
                 "CREATE TABLE IF NOT EXISTS {} (asset_key text, partition text NOT NULL DEFAULT '', run_id text NOT NULL, "
                 "value bytea NOT NULL, stored_at timestamptz DEFAULT now(), PRIMARY KEY (asset_key, partition, run_id))"

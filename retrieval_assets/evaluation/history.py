@@ -18,6 +18,7 @@ import psycopg
 from psycopg import sql
 from psycopg.rows import dict_row
 
+from retrieval_assets import pg
 from retrieval_assets.evaluation.evaluate import Evaluation
 from retrieval_assets.evaluation.metrics import score_query
 from retrieval_assets.partitions import FIXTURE, QUERIES, RUNS
@@ -53,7 +54,7 @@ def _ensure(conn: psycopg.Connection, schema: str) -> None:
     """Create ``schema.eval_runs`` if missing and add the columns an older table lacks (idempotent;
     in the caller's transaction, under a lock that serialises concurrent callers)."""
     conn.execute("SELECT pg_advisory_xact_lock(hashtext('retrieval_assets.evaluation.history:' || %s))", (schema,))
-    conn.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(schema)))
+    pg.ensure_schema(conn, schema)
     conn.execute(sql.SQL("CREATE TABLE IF NOT EXISTS {} (id bigserial PRIMARY KEY, {}, created_at timestamptz DEFAULT now())").format(
         _table(schema), _columns_sql(COLUMNS)))
     conn.execute(sql.SQL("CREATE TABLE IF NOT EXISTS {} (id bigserial PRIMARY KEY, {}, created_at timestamptz DEFAULT now())").format(
@@ -192,7 +193,7 @@ def record_report(conn: psycopg.Connection, schema: str, text: str, *, run_id: s
     Postgres, and the file a step writes on its machine is a local copy."""
     with conn.transaction():
         conn.execute("SELECT pg_advisory_xact_lock(hashtext('retrieval_assets.evaluation.history:' || %s))", (schema,))
-        conn.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(schema)))
+        pg.ensure_schema(conn, schema)
         conn.execute(sql.SQL("CREATE TABLE IF NOT EXISTS {} (id bigserial PRIMARY KEY, run_id text NOT NULL, corpus text NOT NULL, "
                              "partition text NOT NULL, asset text NOT NULL, report text NOT NULL, created_at timestamptz DEFAULT now())"
                              ).format(_table(schema, REPORTS)))

@@ -29,6 +29,7 @@ import psycopg
 from psycopg import sql
 from psycopg.types.json import Jsonb
 
+from retrieval_assets import pg
 from retrieval_assets.corpus.golden import relevant_sets
 from retrieval_assets.evaluation import crossval, staged_rule
 from retrieval_assets.params import SEED, RetrievalParams, default_for, default_name
@@ -141,7 +142,7 @@ def store(conn: psycopg.Connection, history: str, rule: Rule) -> None:
     """Keep ``rule`` as its corpus and partition's one rule in ``history`` (the schema is created if missing)."""
     with conn.transaction():
         conn.execute("SELECT pg_advisory_xact_lock(hashtext('retrieval_assets.retrieval_rules:' || %s))", (history,))
-        conn.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(history)))
+        pg.ensure_schema(conn, history)
         conn.execute(sql.SQL("CREATE TABLE IF NOT EXISTS {} (corpus text NOT NULL, partition text NOT NULL, rule jsonb NOT NULL, "
                              "created_at timestamptz NOT NULL DEFAULT now(), PRIMARY KEY (corpus, partition))").format(_table(history)))
         conn.execute(sql.SQL("INSERT INTO {} (corpus, partition, rule) VALUES (%s, %s, %s) ON CONFLICT (corpus, partition) DO UPDATE "

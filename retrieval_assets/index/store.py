@@ -61,7 +61,7 @@ def create(conn: psycopg.Connection, schema: str, dims: int) -> None:
         raise ValueError(f"table {schema}.chunks already has embedding dimension {existing}, not {dims}")
     with conn.transaction():
         _lock(conn, schema)  # the sync's lock: concurrent creators and writers of one schema queue here
-        conn.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(schema)))
+        pg.ensure_schema(conn, schema)
         repair.clear(conn, schema)  # a table missing or replaced: what depends on it goes, built again below
         conn.execute(statement(
             schema,

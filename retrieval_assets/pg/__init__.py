@@ -31,6 +31,7 @@ from retrieval_assets.pg.sessions import (
     SCAN_SESSIONS,
     connect,
     ensure_extension,
+    ensure_schema,
     search_sessions,
     session,
 )
@@ -38,7 +39,7 @@ from retrieval_assets.pg.sessions import (
 __all__ = [
     "ENV_DSN", "ENV_HOME", "ENV_SESSIONS", "IDLE_MAX", "PARTNERS_MAX", "PARTNER_SLOTS", "SCAN_SESSIONS",
     "SERVER_SETTINGS", "START_TIMEOUT_S", "ConnectError", "PrivilegeError", "connect", "embedded_server",
-    "ensure_extension", "give_back_partner", "identity", "lend_partner", "main", "mask_dsn", "mask_secrets",
+    "ensure_extension", "ensure_schema", "give_back_partner", "identity", "lend_partner", "main", "mask_dsn", "mask_secrets",
     "partner", "privilege_error", "privileges", "project_home", "refuse_embedded_when", "resolve_dsn",
     "search_sessions", "server_settings", "session", "stop_embedded",
 ]

@@ -20,7 +20,7 @@ from contextlib import contextmanager
 
 import psycopg
 from pgvector.psycopg import register_vector
-from psycopg import pq
+from psycopg import pq, sql
 from psycopg.conninfo import conninfo_to_dict
 
 from retrieval_assets.pg import errors, server
@@ -40,6 +40,17 @@ def ensure_extension(conn: psycopg.Connection) -> None:
     with errors.privileges(conn), conn.transaction():
         conn.execute("SELECT pg_advisory_xact_lock(hashtext('retrieval_assets.extension'))")
         conn.execute("CREATE EXTENSION IF NOT EXISTS vector")
+
+
+def ensure_schema(conn: psycopg.Connection, schema: str) -> None:
+    """``CREATE SCHEMA IF NOT EXISTS`` that callers under different locks may race (the evaluation history and the
+    retrieval rules share a schema): the loser's unique violation on pg_namespace, raised once the winner commits, is
+    taken in a savepoint of the caller's transaction, and the schema is there."""
+    try:
+        with conn.transaction():
+            conn.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(schema)))
+    except (psycopg.errors.UniqueViolation, psycopg.errors.DuplicateSchema):
+        pass
 
 
 def search_sessions() -> int:
