@@ -100,12 +100,29 @@ def test_a_german_corpus_answers_german_questions_and_refuses_the_rest(conn, ket
     assert cal.source == "default" and cal.refusal_rate >= 0.9
     for question, doc in ANSWERABLE.items():
         r = respond.respond(conn, kettle, question, answer.SOURCES, cal)
-        assert r.supported and not r.result.faithfulness.refused, (question, r.support, r.evidence)
+        assert r.supported and not r.result.faithfulness.refused and r.language == "german", (question, r.support, r.evidence)
         cited = [r.sources[n - 1][0].chunk_id for n in r.result.faithfulness.cited]
         assert cited[0].startswith(doc), (question, r.result.text)
     for question in OFF:
         r = respond.respond(conn, kettle, question, answer.SOURCES, cal)
         assert r.result.text == REFUSAL, (question, r.support, r.result.text)
+
+
+def test_the_answer_command_says_how_it_read_a_german_corpus(pg_dsn, tmp_path, capsys, cli_schemas):
+    """``answer`` on a German folder: the answer from the right page, and its last line says the corpus was read as German."""
+    from retrieval_assets import cli, partitions
+    from retrieval_assets_tests.conftest import drop_prefixed
+
+    folder = tmp_path / "kocher"
+    folder.mkdir()
+    for name, text in DOCS.items():
+        (folder / f"{name}.md").write_text(textwrap.dedent("        " + text) + "\n", encoding="utf-8")
+    try:
+        assert cli.main(["answer", "Wie oft sollte ich den Wasserkocher entkalken?", "--corpus", str(folder), "--dsn", pg_dsn]) == 0
+        out = capsys.readouterr().out.splitlines()
+        assert out[0].startswith("Entkalken Sie das Gerät alle vier Wochen") and out[-1].endswith("; the corpus read as German)")
+    finally:
+        drop_prefixed(pg_dsn, partitions.schema_name("hash", "cli", cli_schemas[0].removesuffix("cli_hash"), corpus="kocher"))
 
 
 def test_read_as_english_every_german_question_was_refused(conn, kettle, monkeypatch):

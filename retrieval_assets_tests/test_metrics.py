@@ -245,6 +245,7 @@ def test_cli_indexes_another_corpus_into_its_own_schema(pg_dsn, tmp_path, capsys
         captured = capsys.readouterr()
         assert captured.out.startswith("Green tea is steeped at 70 to 80 degrees for two minutes. [1]")
         assert "default calibration: no answerable questions of its own" in captured.out and "calibrated support on 0 questions" in captured.err
+        assert "the corpus read as" not in captured.out  # said for a corpus in another language only
         # ... and refuses a question from elsewhere, with the stored calibration
         assert cli.main(["answer", "How do I replace the oil filter on a motorcycle?", "--corpus", str(own), "--dsn", pg_dsn]) == 0
         captured = capsys.readouterr()

@@ -474,7 +474,7 @@ def test_calibration_asset_materialises_for_the_fixture(resource, tmp_path):
     assert result.success
     [event] = [e for e in result.get_asset_materialization_events() if e.asset_key == dg.AssetKey(["fixture", "support_calibration"])]
     meta = {k: v.value for k, v in event.materialization.metadata.items()}
-    assert meta["answerable_questions"] == 48 and meta["off_corpus_questions"] == len(calibration.off_corpus())
+    assert meta["answerable_questions"] == 48 and meta["off_corpus_questions"] == len(calibration.off_corpus()) and meta["language"] == "english"
     assert 0 <= meta["answer_rate"] <= 1 and 0 <= meta["refusal_rate"] <= 1
     assert meta["plot"].startswith("![reliability](data:image/png;base64,") and (tmp_path / "fixture" / "hash" / "support_calibration.png").exists()
     assert ("threshold" in meta) == (meta["source"] == "corpus")

@@ -33,6 +33,7 @@ class Response:
     evidence: Evidence
     support: float  # the calibrated probability that the sources answer the question
     supported: bool  # support reached the threshold (the answerer may still refuse)
+    language: str = "english"  # how the corpus was read (support.StemStats.language: its function words and stems)
 
 
 def respond(conn: psycopg.Connection, retriever: pipeline.Retriever, question: str, params: RetrievalParams, calibration: Calibration,
@@ -52,7 +53,7 @@ def respond(conn: psycopg.Connection, retriever: pipeline.Retriever, question: s
         send = supported and not unnamed(question, chunks, stats) and not untyped(question, chunks)
         draft = answer.assemble(question, chunks if send else [], scores=scores if send else None, floor=0.0)
         result = claude.run(question, draft, model=model, query_fn=query_fn)
-    return Response(result, found, evidence, probability, supported)
+    return Response(result, found, evidence, probability, supported, stats.language)
 
 
 def unnamed(question: str, chunks: list[Chunk], stats: support.StemStats, picking: answer.Picking = answer.PICKING) -> bool:

@@ -42,7 +42,8 @@ def answer_question(conn, args, documents, chunks, out) -> None:
         response = respond.respond(conn, retriever, args.question, params, cal)
         found, result = response.sources, response.result
         drafted = f"; its questions: {origin}" if questions and origin != draft_file.GOLDEN_NAME else ""
-        line = f"support {response.support:.2f}, answered from {cal.model.threshold:.2f} ({cal.source} calibration: {cal.note}{drafted})"
+        read = f"; the corpus read as {response.language.capitalize()}" if response.language != "english" else ""
+        line = f"support {response.support:.2f}, answered from {cal.model.threshold:.2f} ({cal.source} calibration: {cal.note}{drafted}{read})"
     print(result.text, file=out)
     for n, (c, score) in enumerate(found, 1):
         print(f"[{n}] {c.chunk_id} ({score:.2f})", file=out)

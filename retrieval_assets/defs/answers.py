@@ -10,7 +10,7 @@ import dagster as dg
 
 from retrieval_assets import partitions
 
-from retrieval_assets.answers import answer, calibration, claude, reliability, respond
+from retrieval_assets.answers import answer, calibration, claude, reliability, respond, support
 
 from retrieval_assets.search import pipeline
 from retrieval_assets.answers.citations import invalid_citations
@@ -93,11 +93,12 @@ def answer_assets(corpus: Corpus) -> list[dg.AssetsDefinition]:
             retriever = pipeline.retriever(conn, schema, partitions.embedder(partition), params)
             questions, origin = own_questions(corpus.path)  # golden.yaml's, else unreviewed drafts, else none
             cal, _ = calibration.for_index(conn, retriever, questions, params, partition, refresh=True)
+            language = support.stem_stats(pipeline.corpus_stats(conn, schema)).language  # how questions and texts are read
         context.log.info(f"support_calibration ({corpus.name}, {partition}): {reliability.summary(cal)}")
         path = reliability.plot(cal, Path(files.report_path(corpus.name, partition)).with_name("support_calibration.png"),
                                 f"corpus {corpus.name}, {partition}: support ({cal.source})")
         image = base64.b64encode(path.read_bytes()).decode()
-        return dg.MaterializeResult(metadata={**calibration_metadata(cal, origin), "retrieval_rule": rule,
+        return dg.MaterializeResult(metadata={**calibration_metadata(cal, origin), "language": language, "retrieval_rule": rule,
                                               "plot": dg.MetadataValue.md(f"![reliability](data:image/png;base64,{image})"),
                                               "path": dg.MetadataValue.path(str(path))})
 
@@ -144,6 +145,7 @@ def answer_assets(corpus: Corpus) -> list[dg.AssetsDefinition]:
                     response = respond.respond(conn, retriever, question, params, cal, answerer=config.answerer, model=config.model)
                     found, result = response.sources, response.result
                     meta[f"question_{i}/support"] = round(response.support, 4)
+                    meta["language"] = response.language
                 else:
                     found = answer.sources(conn, retriever, question, params)
                     result = _seed_answer(question, found, config)
