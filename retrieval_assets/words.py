@@ -96,10 +96,11 @@ def function_words(language: str) -> frozenset[str]:
 _STEMMERS = threading.local()  # a PyStemmer object is not to be shared between threads
 
 
+@functools.cache
 def stemmer(language: str) -> Callable[[str], str]:
     """How a corpus in ``language`` stems its words: ``stem`` for English and for a language Snowball has no stemmer
     for, else Snowball's stemmer of that language (PyStemmer: French graisser and graissez meet, German erreiche and
-    erreichen)."""
+    erreichen); one function per language."""
     if language == "english" or language not in _SNOWBALL:
         return stem
 

@@ -510,7 +510,7 @@ def test_answers_asset_with_the_extractive_answerer(resource, no_credentials):
     assert result.success
     [event] = [e for e in result.get_asset_materialization_events() if e.asset_key == ANSWERS]
     meta = {k: v.value for k, v in event.materialization.metadata.items()}
-    assert meta["answerer"] == "extractive" and meta["questions"] == 3
+    assert meta["answerer"] == "extractive" and meta["questions"] == 3 and meta["language"] == "english"
     assert meta["total_cost_usd"] == 0.0 and meta["refused"] == 0
     assert meta["calibration/answerable_questions"] == 48 and meta["calibration/source"] in ("corpus", "default")
     with resource.connect() as conn:
@@ -538,6 +538,7 @@ def test_answers_asset_with_the_extractive_answerer(resource, no_credentials):
     seed = materialize(resource, {"answerer": "extractive", "support_floor": answer.SUPPORT_FLOOR}, ["answers"])  # the seed's path
     [event] = seed.get_asset_materialization_events()
     assert event.materialization.metadata["refused"].value == 0 and "question_1/support" not in event.materialization.metadata
+    assert event.materialization.metadata["language"].value == "english"  # said on the seed's path too
 
 
 def test_answers_asset_without_credentials_fails_at_once(resource, no_credentials):

@@ -1,7 +1,7 @@
 """Answers and refusals on corpora nobody tuned to: the calibrated support model, held out by corpus.
 
 Run: uv run python -m benchmarks answer_support [--embedders hash,minilm,mpnet] [--write-default] [--out FILE] [--sources K=V,...]
-     [--unseen pip]
+     [--unseen pip,apt-de]
 
 Corpora: the fixture and the two that package_corpora builds from Debian packages (restic's and Git's manuals,
 20 questions each). Each is indexed per embedder into its own scratch schema; its answerable questions and the
@@ -20,7 +20,7 @@ fewer than the best setting, on each training corpus and embedder), then its foc
 golden questions, without citing a relevant source for fewer answerable ones); answer.PICKING is that choice on all three.
 --sources measures other retrievals for the sources (each embedder's answer.sources_for with the fields given).
 The seed's BM25 floor (answer.SUPPORT_FLOOR) is shown beside it. --unseen corpora (package_corpora.UNSEEN: pip's user
-guide) take part in no fit and no choice: they measure the shipped answerer (``unseen``) as a new corpus meets it. --write-default fits each embedder's model on all
+guide, APT's German manual pages) take part in no fit and no choice: they measure the shipped answerer (``unseen``) as a new corpus meets it. --write-default fits each embedder's model on all
 corpora (and one pooled over embedders) with the parameters chosen over them, into
 retrieval_assets/answers/support_defaults.json.
 """

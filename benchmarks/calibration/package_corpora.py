@@ -141,7 +141,7 @@ def man_to_md(source: str) -> str:
             out += ["", _heading(2, line)]
         elif depth < 7:
             out += ["", _heading(3, line)]
-        elif out and out[-1] == "## NAME" and len(out) == 2:
+        elif out == ["", "## NAME"]:
             out[:] = [_heading(1, line)]
         else:
             out += ["", line.strip()]

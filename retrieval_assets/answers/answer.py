@@ -10,7 +10,6 @@ offline with the sources' own sentences, each cited. Answers are checked by ``ci
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -23,7 +22,7 @@ from retrieval_assets.search import pipeline
 from retrieval_assets.answers.citations import REFUSAL, check
 from retrieval_assets.params import RetrievalParams, default_for
 from retrieval_assets.search.pipeline import Retriever
-from retrieval_assets.search.rerank import LexicalReranker
+from retrieval_assets.search.rerank import CorpusStats, LexicalReranker
 from retrieval_assets.types import Answer, Chunk, Draft, Faithfulness
 
 # A BM25 score of the LexicalReranker with the pool's idf: the top support among a question's sources
@@ -179,7 +178,7 @@ def sentence_table(query: str, chunks: Sequence[Chunk], scores: Sequence[float] 
             candidates.append((sentence, n))
             says.append(passage)
     corpus = stats is not None
-    read = stats.language if stats is not None else words.language(Counter(w for c in chunks for w in set(words.words(c.text))))
+    read = stats.language if stats is not None else words.language(CorpusStats.from_texts([c.text for c in chunks]).df)
     stem = words.stemmer(read)  # the corpus's language, else the sources' own (words.language)
     counts = [support.stems(f"{c.text} {c.heading_path}", stem) for c in chunks]
     if stats is None:

@@ -59,6 +59,11 @@ def _md_cell(text: str, limit: int = 300) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
+def _language(conn, schema: str) -> str:
+    """How the index's questions and texts are read (support.StemStats.language: its function words and stems)."""
+    return support.stem_stats(pipeline.corpus_stats(conn, schema)).language
+
+
 def calibration_metadata(cal: calibration.Calibration, questions_from: str) -> dict:
     """The calibration's metadata; ``questions_from``: where its corpus questions came from (``own_questions``)."""
     meta = {"source": cal.source, "note": cal.note, "questions_from": questions_from, "summary": dg.MetadataValue.md(reliability.summary(cal)),
@@ -93,7 +98,7 @@ def answer_assets(corpus: Corpus) -> list[dg.AssetsDefinition]:
             retriever = pipeline.retriever(conn, schema, partitions.embedder(partition), params)
             questions, origin = own_questions(corpus.path)  # golden.yaml's, else unreviewed drafts, else none
             cal, _ = calibration.for_index(conn, retriever, questions, params, partition, refresh=True)
-            language = support.stem_stats(pipeline.corpus_stats(conn, schema)).language  # how questions and texts are read
+            language = _language(conn, schema)
         context.log.info(f"support_calibration ({corpus.name}, {partition}): {reliability.summary(cal)}")
         path = reliability.plot(cal, Path(files.report_path(corpus.name, partition)).with_name("support_calibration.png"),
                                 f"corpus {corpus.name}, {partition}: support ({cal.source})")
@@ -134,6 +139,7 @@ def answer_assets(corpus: Corpus) -> list[dg.AssetsDefinition]:
                                                                        answer.sources_for(key).with_(k=config.top_k), ignore=config.ignore_rule,
                                                                        schema=schema)
             retriever = pipeline.retriever(conn, schema, partitions.embedder(key), params)
+            meta["language"] = _language(conn, schema)
             cal = None
             if config.support_floor is None:
                 questions, origin = own_questions(corpus.path)
@@ -145,7 +151,6 @@ def answer_assets(corpus: Corpus) -> list[dg.AssetsDefinition]:
                     response = respond.respond(conn, retriever, question, params, cal, answerer=config.answerer, model=config.model)
                     found, result = response.sources, response.result
                     meta[f"question_{i}/support"] = round(response.support, 4)
-                    meta["language"] = response.language
                 else:
                     found = answer.sources(conn, retriever, question, params)
                     result = _seed_answer(question, found, config)
